@@ -1,0 +1,108 @@
+// Package apitype holds the wire structs of vigil's control API, shared by the
+// server, its client and the CLI so that every JSON field name exists once.
+// Field names follow DESIGN.md §4 exactly; they are a public contract.
+package apitype
+
+import (
+	"fmt"
+	"time"
+)
+
+// Status is the answer of GET /v1/status and the body of `vigil status --json`.
+type Status struct {
+	Daemon   Daemon    `json:"daemon"`
+	Services []Service `json:"services"` // in config order
+}
+
+// Daemon describes the running daemon.
+type Daemon struct {
+	PID           int       `json:"pid"`
+	Version       string    `json:"version"`
+	StartedAt     time.Time `json:"started_at"`
+	SafeMode      bool      `json:"safe_mode"`
+	RecoveryStage string    `json:"recovery_stage"`
+	Config        string    `json:"config"`
+	StateDir      string    `json:"state_dir"`
+}
+
+// Service is the projection of one service that every interface shows.
+type Service struct {
+	Name            string     `json:"name"`
+	State           string     `json:"state"` // starting running stopping stopped exited backoff failed
+	Ready           bool       `json:"ready"`
+	PID             int        `json:"pid"` // 0 when no instance runs
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	Restarts        int        `json:"restarts"` // automatic restarts only
+	LastExit        *Exit      `json:"last_exit"`
+	Recovery        string     `json:"recovery"` // healthy planned_restart observed_failure recovery_started recovered recovery_failed manual_action_required
+	Breaker         string     `json:"breaker"`  // closed open half_open
+	CrashesInWindow int        `json:"crashes_in_window"`
+	NextRestartAt   *time.Time `json:"next_restart_at"`
+	HeartbeatAgeMS  *int64     `json:"heartbeat_age_ms"`
+	Status          string     `json:"status"` // last STATUS= text
+	Reason          string     `json:"reason,omitempty"`
+}
+
+// Exit is how an instance ended.
+type Exit struct {
+	Class      string    `json:"class"` // clean stopped exit_code signal heartbeat_timeout unresponsive start_timeout spawn_failed lost
+	Code       *int      `json:"code,omitempty"`
+	Signal     string    `json:"signal,omitempty"` // "SIGSEGV"
+	CoreDumped bool      `json:"core_dumped"`
+	At         time.Time `json:"at"`
+	Error      string    `json:"error,omitempty"` // spawn_failed: why
+}
+
+// ReloadResult says what a reload changed.
+type ReloadResult struct {
+	Added     []string `json:"added"`
+	Removed   []string `json:"removed"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+}
+
+// Error is the body of every non-2xx answer.
+type Error struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+}
+
+// ErrorCode is the class of an API error; it maps to an HTTP status.
+type ErrorCode string
+
+const (
+	CodeNotFound           ErrorCode = "not_found"           // 404
+	CodeAlreadyExists      ErrorCode = "already_exists"      // 409
+	CodeFailedPrecondition ErrorCode = "failed_precondition" // 409
+	CodeInvalidArgument    ErrorCode = "invalid_argument"    // 400
+	CodeUnavailable        ErrorCode = "unavailable"         // 503
+	CodePermissionDenied   ErrorCode = "permission_denied"   // 403
+	CodeInternal           ErrorCode = "internal"            // 500
+)
+
+// Error implements error so that the server, the supervisor and the client
+// share one typed error: errors.Is(err, apitype.ErrNotFound) works on both
+// sides of the socket, and nobody matches on message text.
+func (e *Error) Error() string { return e.Message }
+
+// Is matches any *Error with the same code when target carries no message,
+// so the sentinels below work with errors.Is.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Message == "" && t.Code == e.Code
+}
+
+// Sentinels for errors.Is; they carry a code and no message.
+var (
+	ErrNotFound           = &Error{Code: CodeNotFound}
+	ErrAlreadyExists      = &Error{Code: CodeAlreadyExists}
+	ErrFailedPrecondition = &Error{Code: CodeFailedPrecondition}
+	ErrInvalidArgument    = &Error{Code: CodeInvalidArgument}
+	ErrUnavailable        = &Error{Code: CodeUnavailable}
+	ErrPermissionDenied   = &Error{Code: CodePermissionDenied}
+)
+
+// Errorf returns an *Error of the given class.
+func Errorf(code ErrorCode, format string, args ...any) error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,96 @@
+// Package event defines what the supervisor tells the world and the fan-out
+// bus that carries it to subscribers (foreground output, the daemon log, and
+// later the SSE stream, metrics and crash hooks).
+//
+// Publishing never blocks: a subscriber that falls behind loses events and
+// its Dropped count says how many, so a slow reader can never stall the
+// supervisor's event loop.
+package event
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+)
+
+// Topic names a kind of event; the strings are part of the API (DESIGN §7).
+type Topic string
+
+const (
+	ServiceState   Topic = "service.state"
+	CrashDetected  Topic = "crash.detected"
+	BreakerTripped Topic = "breaker.tripped"
+)
+
+// Event is one thing that happened.
+type Event struct {
+	Seq     uint64        `json:"seq"`
+	Time    time.Time     `json:"time"`
+	Topic   Topic         `json:"topic"`
+	Service string        `json:"service,omitempty"`
+	State   string        `json:"state,omitempty"`
+	From    string        `json:"from,omitempty"`
+	PID     int           `json:"pid,omitempty"`
+	Exit    *apitype.Exit `json:"exit,omitempty"`
+	Reason  string        `json:"reason,omitempty"`
+	Message string        `json:"message,omitempty"`
+}
+
+// Bus fans events out to subscribers. Its zero value is ready to use.
+type Bus struct {
+	mu   sync.Mutex
+	seq  uint64
+	subs map[*Subscription]struct{}
+}
+
+// Subscription receives events on C until Close.
+type Subscription struct {
+	C       <-chan Event
+	c       chan Event
+	bus     *Bus
+	dropped atomic.Uint64
+}
+
+// Dropped is how many events this subscriber missed because its buffer was full.
+func (s *Subscription) Dropped() uint64 { return s.dropped.Load() }
+
+// Close stops delivery and closes C.
+func (s *Subscription) Close() {
+	s.bus.mu.Lock()
+	defer s.bus.mu.Unlock()
+	if _, ok := s.bus.subs[s]; ok {
+		delete(s.bus.subs, s)
+		close(s.c)
+	}
+}
+
+// Subscribe returns a subscription with room for buffer undelivered events.
+func (b *Bus) Subscribe(buffer int) *Subscription {
+	c := make(chan Event, buffer)
+	s := &Subscription{C: c, c: c, bus: b}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.subs == nil {
+		b.subs = make(map[*Subscription]struct{})
+	}
+	b.subs[s] = struct{}{}
+	return s
+}
+
+// Publish stamps e with the next sequence number and hands it to every
+// subscriber that has room.
+func (b *Bus) Publish(e Event) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.seq++
+	e.Seq = b.seq
+	for s := range b.subs {
+		select {
+		case s.c <- e:
+		default:
+			s.dropped.Add(1)
+		}
+	}
+}
