@@ -1,0 +1,870 @@
+// Package supervisor is vigil's event loop: the one goroutine that owns every
+// service's state. Process exits, timers, reloads and operator commands reach
+// it as events; it decides with the pure policy package and acts through a
+// Runner it is given, so the same loop is driven by real processes in the
+// daemon and by fakes with a manual clock in tests.
+//
+// Invariants: no other goroutine reads or writes service state; every state
+// change is a legal transition (see CanMove) and is published on the event
+// bus; planned restarts and operator stops never count as crashes; a service
+// starts only once everything it depends on is running and ready, and at
+// shutdown stops only once nothing that depends on it is still running.
+//
+// It deliberately does not spawn processes, open files or read the clock
+// itself: those are the Runner's and the Clock's jobs.
+package supervisor
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/clock"
+	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/policy"
+	"golang.org/x/sys/unix"
+)
+
+// Runner starts instances. The daemon's runner forks real processes; tests
+// use fakes.
+type Runner interface {
+	// Start spawns one instance of svc. onExit must be called exactly once,
+	// from any goroutine, when the instance's main process has ended. It may
+	// come even before Start returns: the supervisor queues it on its loop,
+	// which handles it only after Start's result.
+	Start(svc *config.Service, onExit func(Exit)) (Instance, error)
+}
+
+// Exit is how an instance's main process ended.
+type Exit struct {
+	Status syscall.WaitStatus
+	At     time.Time
+}
+
+// Instance is a started process tree.
+type Instance interface {
+	PID() int
+	// Signal sends sig to the instance's whole process tree.
+	Signal(sig syscall.Signal) error
+	// KillAll sends SIGKILL to every process still belonging to the
+	// instance and reports how many there were.
+	KillAll() int
+	// Release frees what the runner holds for the instance once it is gone.
+	Release()
+}
+
+// Options configures New. Runner is required; every other zero value works.
+type Options struct {
+	Services []config.Service
+	Runner   Runner
+	Clock    clock.Clock    // default clock.Real{}
+	Bus      *event.Bus     // default: a private bus nobody listens to
+	Logger   *slog.Logger   // default slog.Default()
+	Rand     func() float64 // uniform [0,1) for backoff jitter; default math/rand/v2
+}
+
+// Supervisor runs the event loop. Create it with New, run Run in a
+// goroutine, then call its methods from anywhere.
+type Supervisor struct {
+	runner Runner
+	clock  clock.Clock
+	bus    *event.Bus
+	log    *slog.Logger
+	rand   func() float64
+
+	qmu   sync.Mutex
+	queue []func()
+	wake  chan struct{}
+
+	// Owned by the loop goroutine only.
+	services   map[string]*service
+	order      []string            // config order
+	dependents map[string][]string // reverse depends_on
+	stopAll    bool
+	allStopped []func()
+}
+
+type service struct {
+	cfg      config.Service
+	pol      policy.Policy
+	state    State
+	reason   string
+	want     bool // the operator wants it running
+	removed  bool // dropped by a reload: forget it once stopped
+	inst     *instance
+	tracker  policy.Tracker
+	restarts int
+	lastExit *apitype.Exit
+	recovery Recovery
+
+	nextRestartAt time.Time
+	restartTimer  clock.Timer
+	restartGen    uint64 // bumped on every schedule and cancel: a stale restart never fires
+	stableTimer   clock.Timer
+
+	// A planned restart in progress: start again once the exit is seen,
+	// with newCfg when a reload changed the service.
+	planned bool
+	newCfg  *config.Service
+
+	onStopped []func(error)
+	onStarted []func(error)
+}
+
+type instance struct {
+	h             Instance
+	pid           int
+	startedAt     time.Time
+	stopRequested bool
+	killTimer     clock.Timer
+}
+
+// New returns a supervisor for services; nothing starts until StartAll or Start.
+func New(opts Options) *Supervisor {
+	s := &Supervisor{
+		runner:   opts.Runner,
+		clock:    opts.Clock,
+		bus:      opts.Bus,
+		log:      opts.Logger,
+		rand:     opts.Rand,
+		wake:     make(chan struct{}, 1),
+		services: make(map[string]*service),
+	}
+	if s.clock == nil {
+		s.clock = clock.Real{}
+	}
+	if s.bus == nil {
+		s.bus = &event.Bus{}
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.rand == nil {
+		s.rand = rand.Float64
+	}
+	for _, c := range opts.Services {
+		s.add(c)
+	}
+	s.indexDependents()
+	return s
+}
+
+// Run processes events until ctx is done. Call StopAll first for a
+// graceful end: Run does not stop services by itself.
+func (s *Supervisor) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		for {
+			s.qmu.Lock()
+			batch := s.queue
+			s.queue = nil
+			s.qmu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for _, f := range batch {
+				f()
+			}
+		}
+	}
+}
+
+// post queues f to run on the loop. It never blocks, so the reaper and
+// timers can call it from anywhere.
+func (s *Supervisor) post(f func()) {
+	s.qmu.Lock()
+	s.queue = append(s.queue, f)
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// call runs f on the loop and waits for it to report through done, which
+// f may keep and call later (for example once a stop has completed).
+func (s *Supervisor) call(f func(done func(error))) error {
+	ch := make(chan error, 1)
+	s.post(func() {
+		f(func(err error) { ch <- err })
+	})
+	return <-ch
+}
+
+// Sync returns once every event posted before it has been processed: the
+// test-only round-trip that replaces sleeping.
+func (s *Supervisor) Sync() {
+	_ = s.call(func(done func(error)) { done(nil) })
+}
+
+// Services returns the status projection of every service, in config order.
+func (s *Supervisor) Services() []apitype.Service {
+	var out []apitype.Service
+	_ = s.call(func(done func(error)) {
+		out = make([]apitype.Service, 0, len(s.order))
+		now := s.clock.Now()
+		for _, name := range s.order {
+			out = append(out, s.project(s.services[name], now))
+		}
+		done(nil)
+	})
+	return out
+}
+
+// StartAll starts every autostart service in dependency order.
+func (s *Supervisor) StartAll() {
+	s.post(func() {
+		s.stopAll = false
+		for _, name := range s.order {
+			svc := s.services[name]
+			if svc.cfg.Autostart && svc.state == Stopped {
+				s.want(svc)
+			}
+		}
+		s.kick()
+	})
+}
+
+// StopAll stops every service, dependents before what they depend on, and
+// returns once nothing runs.
+func (s *Supervisor) StopAll() {
+	_ = s.call(func(done func(error)) {
+		s.stopAll = true
+		for _, svc := range s.services {
+			svc.want = false
+			svc.planned = false
+		}
+		s.allStopped = append(s.allStopped, func() { done(nil) })
+		s.kickStop()
+	})
+}
+
+// Start starts a stopped or exited service (and what it depends on). It
+// returns once the instance is spawned, or at once when it must wait for a
+// dependency.
+func (s *Supervisor) Start(name string) error {
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		if err != nil {
+			done(err)
+			return
+		}
+		if svc.tracker.Breaker == policy.BreakerOpen {
+			done(apitype.Errorf(apitype.CodeFailedPrecondition,
+				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
+			return
+		}
+		switch svc.state {
+		case Stopped, Exited, Failed:
+			svc.onStarted = append(svc.onStarted, done)
+			s.startNow(svc)
+		default:
+			svc.want = true
+			done(nil)
+		}
+	})
+}
+
+// Stop stops a service and returns once its instance has exited.
+func (s *Supervisor) Stop(name string) error {
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		if err != nil {
+			done(err)
+			return
+		}
+		svc.want = false
+		svc.planned = false
+		svc.onStopped = append(svc.onStopped, done)
+		s.stop(svc)
+	})
+}
+
+// Restart is a planned restart: stop then start, never counted as a crash.
+// It returns once the new instance has been spawned.
+func (s *Supervisor) Restart(name string) error {
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		if err != nil {
+			done(err)
+			return
+		}
+		if svc.tracker.Breaker == policy.BreakerOpen {
+			done(apitype.Errorf(apitype.CodeFailedPrecondition,
+				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
+			return
+		}
+		svc.want = true
+		svc.onStarted = append(svc.onStarted, done)
+		s.restart(svc)
+	})
+}
+
+// Reset closes the crash-loop breaker, clears the crash and restart counts,
+// and starts the service again if the breaker had stopped it.
+func (s *Supervisor) Reset(name string) error {
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		if err != nil {
+			done(err)
+			return
+		}
+		svc.tracker.Reset()
+		svc.restarts = 0
+		switch svc.state {
+		case Failed, Backoff:
+			svc.onStarted = append(svc.onStarted, done)
+			svc.recovery = Healthy
+			s.startNow(svc)
+		default:
+			if svc.state == Running {
+				svc.recovery = Healthy
+			}
+			done(nil)
+		}
+	})
+}
+
+// Reload applies a new set of service definitions: new services start,
+// removed ones stop, changed ones restart (planned), and every unchanged
+// service is left untouched.
+func (s *Supervisor) Reload(services []config.Service) apitype.ReloadResult {
+	res := apitype.ReloadResult{Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{}}
+	_ = s.call(func(done func(error)) {
+		keep := make(map[string]bool, len(services))
+		for _, c := range services {
+			keep[c.Name] = true
+		}
+		for _, name := range s.order {
+			if !keep[name] {
+				res.Removed = append(res.Removed, name)
+				svc := s.services[name]
+				svc.removed = true
+				svc.want = false
+				svc.planned = false
+				s.stop(svc)
+			}
+		}
+		s.order = s.order[:0]
+		for _, c := range services {
+			old, ok := s.services[c.Name]
+			switch {
+			case !ok || old.removed:
+				if ok { // removed earlier and still stopping: replace it when gone
+					delete(s.services, c.Name)
+				}
+				res.Added = append(res.Added, c.Name)
+				s.add(c)
+			case old.cfg.Equal(c):
+				res.Unchanged = append(res.Unchanged, c.Name)
+				s.order = append(s.order, c.Name)
+			default:
+				res.Changed = append(res.Changed, c.Name)
+				s.order = append(s.order, c.Name)
+				s.change(old, c)
+			}
+		}
+		s.indexDependents()
+		for _, name := range res.Added {
+			if svc := s.services[name]; svc.cfg.Autostart && !s.stopAll {
+				s.want(svc)
+			}
+		}
+		s.kick()
+		done(nil)
+	})
+	return res
+}
+
+func (s *Supervisor) add(c config.Service) {
+	s.services[c.Name] = &service{
+		cfg:      c,
+		pol:      policyOf(c),
+		state:    Stopped,
+		recovery: Healthy,
+		tracker:  policy.Tracker{Breaker: policy.BreakerClosed},
+	}
+	s.order = append(s.order, c.Name)
+}
+
+// change applies a changed definition: a running service restarts with it.
+func (s *Supervisor) change(svc *service, c config.Service) {
+	if svc.inst == nil {
+		svc.cfg, svc.pol = c, policyOf(c)
+		return
+	}
+	cc := c
+	svc.newCfg = &cc
+	s.restart(svc)
+}
+
+func (s *Supervisor) indexDependents() {
+	s.dependents = make(map[string][]string)
+	for _, name := range s.order {
+		for _, d := range s.services[name].cfg.DependsOn {
+			s.dependents[d] = append(s.dependents[d], name)
+		}
+	}
+}
+
+func (s *Supervisor) lookup(name string) (*service, error) {
+	svc, ok := s.services[name]
+	if !ok || svc.removed {
+		return nil, apitype.Errorf(apitype.CodeNotFound, "unknown service %q", name)
+	}
+	return svc, nil
+}
+
+// want marks svc and everything it depends on as wanted, moving stopped
+// ones to Starting; kick then spawns them as their dependencies allow.
+func (s *Supervisor) want(svc *service) {
+	svc.want = true
+	switch svc.state {
+	case Stopped, Exited, Failed:
+		s.move(svc, Starting, "")
+	}
+	for _, d := range svc.cfg.DependsOn {
+		if dep, ok := s.services[d]; ok && !dep.removed && !dep.want {
+			s.want(dep)
+		}
+	}
+}
+
+// kick spawns every wanted service whose dependencies are ready.
+func (s *Supervisor) kick() {
+	for progress := true; progress; {
+		progress = false
+		for _, name := range s.order {
+			svc := s.services[name]
+			if svc.state != Starting || svc.inst != nil || !svc.want {
+				continue
+			}
+			if blocker := s.blocker(svc); blocker != "" {
+				svc.reason = "waiting for " + blocker
+				continue
+			}
+			s.spawn(svc)
+			progress = progress || svc.state == Running
+		}
+	}
+}
+
+// blocker names the first dependency of svc that is not running and ready.
+func (s *Supervisor) blocker(svc *service) string {
+	for _, d := range svc.cfg.DependsOn {
+		dep, ok := s.services[d]
+		if !ok || dep.state != Running {
+			return d
+		}
+	}
+	return ""
+}
+
+func (s *Supervisor) spawn(svc *service) {
+	inst := &instance{startedAt: s.clock.Now()}
+	h, err := s.runner.Start(&svc.cfg, func(e Exit) {
+		s.post(func() { s.exited(svc, inst, e) })
+	})
+	if err != nil {
+		s.spawnFailed(svc, err)
+		return
+	}
+	inst.h, inst.pid = h, h.PID()
+	svc.inst = inst
+	svc.nextRestartAt = time.Time{}
+	switch svc.recovery {
+	case ObservedFailure, RecoveryFailed:
+		svc.recovery = RecoveryStarted
+	case PlannedRestart:
+		svc.recovery = Healthy
+	}
+	if svc.recovery == RecoveryStarted || svc.tracker.Breaker == policy.BreakerHalfOpen {
+		s.armStableTimer(svc, inst)
+	}
+	s.log.Info("started", "service", svc.cfg.Name, "pid", inst.pid)
+	s.move(svc, Running, "")
+	s.finishStarted(svc, nil)
+}
+
+// armStableTimer marks the instance as having recovered once it has stayed
+// up for backoff.reset_after. Only a recovering instance gets one, so a
+// healthy idle system has no timers at all.
+func (s *Supervisor) armStableTimer(svc *service, inst *instance) {
+	d := svc.pol.Backoff.ResetAfter
+	svc.stableTimer = s.clock.AfterFunc(d, func() {
+		s.post(func() {
+			if svc.inst != inst {
+				return
+			}
+			svc.tracker.OnStable()
+			if svc.recovery == RecoveryStarted {
+				svc.recovery = Recovered
+			}
+			s.publish(svc, event.ServiceState, svc.state, "stable for "+d.String())
+		})
+	})
+}
+
+func (s *Supervisor) spawnFailed(svc *service, err error) {
+	now := s.clock.Now()
+	s.log.Warn("spawn failed", "service", svc.cfg.Name, "err", err)
+	svc.lastExit = &apitype.Exit{Class: string(policy.ClassSpawnFailed), At: now, Error: err.Error()}
+	s.publishCrash(svc, 0)
+	d := svc.tracker.OnExit(svc.pol, policy.Exit{Class: policy.ClassSpawnFailed}, 0, now, s.rand())
+	s.decided(svc, policy.ClassSpawnFailed, d)
+	s.finishStarted(svc, apitype.Errorf(apitype.CodeFailedPrecondition, "%s: %v", svc.cfg.Name, err))
+}
+
+// exited handles the end of an instance's main process.
+func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
+	if svc.inst != inst {
+		return
+	}
+	svc.inst = nil
+	stopTimer(&inst.killTimer)
+	stopTimer(&svc.stableTimer)
+	if n := inst.h.KillAll(); n > 0 {
+		s.log.Info("killed leftover processes", "service", svc.cfg.Name, "pid", inst.pid, "count", n)
+	}
+	inst.h.Release()
+
+	pe := policy.Classify(e.Status, inst.stopRequested, svc.cfg.SuccessExit)
+	svc.lastExit = apiExit(pe, e.At)
+	s.log.Info("exited", "service", svc.cfg.Name, "pid", inst.pid, "class", pe.Class)
+
+	if inst.stopRequested {
+		s.stoppedOnPurpose(svc)
+		return
+	}
+	if pe.Class.IsCrash() {
+		s.publishCrash(svc, inst.pid)
+	}
+	d := svc.tracker.OnExit(svc.pol, pe, e.At.Sub(inst.startedAt), e.At, s.rand())
+	if s.stopAll || !svc.want {
+		d.Restart = false
+	}
+	s.decided(svc, pe.Class, d)
+	s.afterExit()
+}
+
+// stoppedOnPurpose finishes a stop or the first half of a planned restart.
+func (s *Supervisor) stoppedOnPurpose(svc *service) {
+	if svc.planned && svc.want && !s.stopAll {
+		svc.planned = false
+		if svc.newCfg != nil {
+			svc.cfg, svc.pol, svc.newCfg = *svc.newCfg, policyOf(*svc.newCfg), nil
+		}
+		s.move(svc, Starting, "planned restart")
+		s.kick()
+	} else {
+		svc.planned = false
+		s.move(svc, Stopped, "")
+		s.finishStopped(svc)
+	}
+	s.afterExit()
+}
+
+// decided carries out the policy's decision about an ended instance.
+func (s *Supervisor) decided(svc *service, class policy.Class, d policy.Decision) {
+	now := s.clock.Now()
+	switch {
+	case d.Tripped || svc.tracker.Breaker == policy.BreakerOpen:
+		svc.recovery = ManualActionRequired
+		s.move(svc, Failed, string(d.Reason))
+		s.bus.Publish(event.Event{Time: now, Topic: event.BreakerTripped, Service: svc.cfg.Name,
+			Reason: string(d.Reason), Exit: svc.lastExit})
+		s.log.Error("crash loop: manual action required", "service", svc.cfg.Name,
+			"crashes", svc.tracker.CrashesInWindow(svc.pol, now))
+		if until, ok := svc.tracker.CooldownDue(svc.pol); ok {
+			s.scheduleRestart(svc, until.Sub(now), func() {
+				svc.tracker.HalfOpen()
+				s.move(svc, Starting, string(policy.ReasonHalfOpenTrial))
+			})
+		}
+	case d.Restart:
+		if class.IsCrash() {
+			svc.recovery = ObservedFailure
+		}
+		s.move(svc, Backoff, string(d.Reason))
+		s.scheduleRestart(svc, d.Delay, func() {
+			svc.restarts++
+			s.move(svc, Starting, "")
+		})
+	default:
+		if class.IsCrash() {
+			svc.recovery = RecoveryFailed
+		}
+		s.move(svc, Exited, string(d.Reason))
+		s.finishStopped(svc)
+	}
+}
+
+// scheduleRestart runs begin and then kick after delay. A zero delay is
+// queued rather than run inline, so a crash loop with no backoff neither
+// recurses nor starves other events.
+func (s *Supervisor) scheduleRestart(svc *service, delay time.Duration, begin func()) {
+	s.cancelRestartTimer(svc)
+	gen := svc.restartGen
+	fire := func() {
+		if svc.restartGen != gen {
+			return
+		}
+		svc.restartTimer = nil
+		svc.nextRestartAt = time.Time{}
+		if !svc.want || svc.removed || s.stopAll {
+			return
+		}
+		begin()
+		s.kick()
+	}
+	if delay <= 0 {
+		s.post(fire)
+		return
+	}
+	svc.nextRestartAt = s.clock.Now().Add(delay)
+	svc.restartTimer = s.clock.AfterFunc(delay, func() { s.post(fire) })
+}
+
+func (s *Supervisor) cancelRestartTimer(svc *service) {
+	svc.restartGen++
+	stopTimer(&svc.restartTimer)
+	svc.nextRestartAt = time.Time{}
+}
+
+// stop ends svc's instance (or its pending start or restart).
+func (s *Supervisor) stop(svc *service) {
+	switch {
+	case svc.inst != nil:
+		s.signalStop(svc)
+	case svc.state == Stopping:
+	default:
+		s.cancelRestartTimer(svc)
+		if svc.state != Stopped {
+			s.move(svc, Stopped, "")
+		}
+		s.finishStopped(svc)
+		s.afterExit()
+	}
+}
+
+// restart begins a planned restart of svc.
+func (s *Supervisor) restart(svc *service) {
+	svc.planned = true
+	switch {
+	case svc.inst != nil:
+		svc.recovery = PlannedRestart
+		s.signalStop(svc)
+	case svc.state == Stopping:
+	default:
+		svc.planned = false
+		s.cancelRestartTimer(svc)
+		if svc.newCfg != nil {
+			svc.cfg, svc.pol, svc.newCfg = *svc.newCfg, policyOf(*svc.newCfg), nil
+		}
+		if svc.state == Starting {
+			s.finishStarted(svc, nil) // still waiting for a dependency
+			return
+		}
+		s.startNow(svc)
+	}
+}
+
+// startNow moves a service that has no instance to Starting at once,
+// skipping any pending backoff, and spawns it if its dependencies allow.
+func (s *Supervisor) startNow(svc *service) {
+	s.cancelRestartTimer(svc)
+	if svc.state == Backoff {
+		s.move(svc, Starting, "")
+	}
+	s.want(svc)
+	s.kick()
+	if svc.inst == nil && svc.state == Starting {
+		s.finishStarted(svc, nil) // waiting for a dependency
+	}
+}
+
+// signalStop sends the stop signal to the instance's tree and arms the
+// SIGKILL escalation.
+func (s *Supervisor) signalStop(svc *service) {
+	inst := svc.inst
+	if inst.stopRequested {
+		return
+	}
+	inst.stopRequested = true
+	s.move(svc, Stopping, "")
+	if err := inst.h.Signal(svc.cfg.StopSignal); err != nil {
+		s.log.Warn("stop signal failed", "service", svc.cfg.Name, "pid", inst.pid, "err", err)
+	}
+	inst.killTimer = s.clock.AfterFunc(svc.cfg.StopTimeout, func() {
+		s.post(func() {
+			if svc.inst == inst {
+				n := inst.h.KillAll()
+				s.log.Warn("stop timeout: killed", "service", svc.cfg.Name, "pid", inst.pid, "count", n)
+			}
+		})
+	})
+}
+
+// afterExit re-evaluates what waits on a service going away: dependents'
+// starts, and an ordered shutdown.
+func (s *Supervisor) afterExit() {
+	if s.stopAll {
+		s.kickStop()
+	}
+	for name, svc := range s.services {
+		if svc.removed && svc.inst == nil && !svc.state.active() {
+			if cur := s.services[name]; cur == svc {
+				delete(s.services, name)
+			}
+		}
+	}
+}
+
+// kickStop stops every service that nothing running depends on any more,
+// and reports completion once nothing is left.
+func (s *Supervisor) kickStop() {
+	busy := false
+	for _, svc := range s.services {
+		if svc.inst == nil && svc.state != Stopping {
+			if svc.state == Starting || svc.state == Backoff {
+				s.stop(svc)
+			}
+			continue
+		}
+		busy = true
+		if svc.inst != nil && !svc.inst.stopRequested && !s.hasActiveDependent(svc) {
+			s.signalStop(svc)
+		}
+	}
+	if !busy {
+		for _, f := range s.allStopped {
+			f()
+		}
+		s.allStopped = nil
+	}
+}
+
+func (s *Supervisor) hasActiveDependent(svc *service) bool {
+	for _, d := range s.dependents[svc.cfg.Name] {
+		if dep, ok := s.services[d]; ok && dep.inst != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Supervisor) move(svc *service, to State, reason string) {
+	from := svc.state
+	if from == to {
+		svc.reason = reason
+		return
+	}
+	if !CanMove(from, to) {
+		err := &TransitionError{Service: svc.cfg.Name, From: from, To: to}
+		s.log.Error(err.Error())
+		return
+	}
+	svc.state, svc.reason = to, reason
+	s.publish(svc, event.ServiceState, from, reason)
+}
+
+func (s *Supervisor) publish(svc *service, topic event.Topic, from State, msg string) {
+	e := event.Event{Time: s.clock.Now(), Topic: topic, Service: svc.cfg.Name, State: string(svc.state),
+		From: string(from), Reason: svc.reason, Message: msg}
+	if svc.inst != nil {
+		e.PID = svc.inst.pid
+	}
+	s.bus.Publish(e)
+}
+
+func (s *Supervisor) publishCrash(svc *service, pid int) {
+	s.bus.Publish(event.Event{Time: s.clock.Now(), Topic: event.CrashDetected, Service: svc.cfg.Name,
+		PID: pid, Exit: svc.lastExit})
+}
+
+func (s *Supervisor) finishStarted(svc *service, err error) {
+	for _, f := range svc.onStarted {
+		f(err)
+	}
+	svc.onStarted = nil
+}
+
+func (s *Supervisor) finishStopped(svc *service) {
+	for _, f := range svc.onStopped {
+		f(nil)
+	}
+	svc.onStopped = nil
+	if svc.state != Starting {
+		s.finishStarted(svc, nil)
+	}
+}
+
+func (s *Supervisor) project(svc *service, now time.Time) apitype.Service {
+	out := apitype.Service{
+		Name:            svc.cfg.Name,
+		State:           string(svc.state),
+		Ready:           svc.state == Running,
+		Restarts:        svc.restarts,
+		LastExit:        svc.lastExit,
+		Recovery:        string(svc.recovery),
+		Breaker:         string(svc.tracker.Breaker),
+		CrashesInWindow: svc.tracker.CrashesInWindow(svc.pol, now),
+		Reason:          svc.reason,
+	}
+	if svc.inst != nil {
+		out.PID = svc.inst.pid
+		t := svc.inst.startedAt
+		out.StartedAt = &t
+	}
+	if !svc.nextRestartAt.IsZero() {
+		t := svc.nextRestartAt
+		out.NextRestartAt = &t
+	}
+	return out
+}
+
+func policyOf(c config.Service) policy.Policy {
+	return policy.Policy{
+		Restart:     policy.Restart(c.Restart),
+		SuccessExit: c.SuccessExit,
+		Backoff: policy.Backoff{
+			Initial:    c.Backoff.Initial,
+			Max:        c.Backoff.Max,
+			Multiplier: c.Backoff.Multiplier,
+			Jitter:     c.Backoff.Jitter,
+			ResetAfter: c.Backoff.ResetAfter,
+		},
+		CrashLoop: policy.CrashLoop{
+			Crashes:  c.CrashLoop.Crashes,
+			Window:   c.CrashLoop.Window,
+			Cooldown: c.CrashLoop.Cooldown,
+		},
+	}
+}
+
+func apiExit(e policy.Exit, at time.Time) *apitype.Exit {
+	out := &apitype.Exit{Class: string(e.Class), CoreDumped: e.CoreDumped, At: at}
+	if e.Exited {
+		code := e.Code
+		out.Code = &code
+	} else if e.Signal != 0 {
+		out.Signal = unix.SignalName(e.Signal)
+	}
+	return out
+}
+
+func stopTimer(t *clock.Timer) {
+	if *t != nil {
+		(*t).Stop()
+		*t = nil
+	}
+}
