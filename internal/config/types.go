@@ -60,6 +60,64 @@ type Service struct {
 
 	Backoff   Backoff
 	CrashLoop CrashLoop
+
+	// Ready says when an instance counts as ready: dependents wait for it.
+	Ready Readiness
+	// StartTimeout bounds the time from spawn to ready; a miss is the
+	// start_timeout exit class. Default 90s (systemd's TimeoutStartSec).
+	StartTimeout time.Duration
+	// Watchdog is the heartbeat interval expected over sd_notify
+	// (WATCHDOG=1); 0 turns it off. Two missed intervals are a crash.
+	Watchdog time.Duration
+	// NotifyAccess says whose sd_notify datagrams count for this service.
+	NotifyAccess NotifyAccess // default "group"
+	// Liveness is an optional periodic health probe; nil means none.
+	Liveness *Probe
+}
+
+// NotifyAccess is systemd's NotifyAccess=: which senders may speak for a service.
+type NotifyAccess string
+
+const (
+	NotifyMain  NotifyAccess = "main"  // only the main process
+	NotifyGroup NotifyAccess = "group" // any process in the instance's process tree
+)
+
+// ReadyKind is how readiness is decided.
+type ReadyKind string
+
+const (
+	ReadyStarted ReadyKind = "started" // as soon as the process is spawned (default)
+	ReadyNotify  ReadyKind = "notify"  // when it sends READY=1
+	ReadyHTTP    ReadyKind = "http"    // when a GET of URL answers 2xx/3xx
+	ReadyTCP     ReadyKind = "tcp"     // when Address accepts a connection
+	ReadyExec    ReadyKind = "exec"    // when Command exits 0
+)
+
+// Readiness is the `ready` option. For http, tcp and exec the check is
+// repeated every Period (default 100ms), each try bounded by Timeout
+// (default 1s), until it passes or StartTimeout runs out.
+type Readiness struct {
+	Kind    ReadyKind
+	URL     string   // http
+	Address string   // tcp: host:port
+	Command []string // exec: argv, run directly, never through a shell
+	Period  time.Duration
+	Timeout time.Duration
+}
+
+// Probe is a liveness probe, as Kubernetes defines one: after
+// InitialDelay, every Period a check bounded by Timeout runs;
+// FailureThreshold consecutive failures make the instance unresponsive.
+type Probe struct {
+	Kind             ReadyKind // http, tcp or exec
+	URL              string
+	Address          string
+	Command          []string
+	Period           time.Duration // default 10s
+	Timeout          time.Duration // default 1s
+	FailureThreshold int           // default 3
+	InitialDelay     time.Duration // default 0
 }
 
 // Backoff is the delay before an automatic restart.

@@ -1,0 +1,118 @@
+// Package client talks to a vigil daemon's control API over its unix
+// socket. Its errors are *apitype.Error values, so callers test them with
+// errors.Is(err, apitype.ErrNotFound) and never by text.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"syscall"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+)
+
+// Client is a daemon's API client. Its zero value with SocketPath set works.
+type Client struct {
+	SocketPath string
+
+	once sync.Once
+	hc   *http.Client
+}
+
+func (c *Client) http() *http.Client {
+	c.once.Do(func() {
+		c.hc = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", c.SocketPath)
+			},
+		}}
+	})
+	return c.hc
+}
+
+func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://vigil"+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http().Do(req)
+	if err != nil {
+		return c.dialError(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return apitype.Errorf(apitype.CodeUnavailable, "reading the daemon's answer: %v", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var ae apitype.Error
+		if json.Unmarshal(body, &ae) != nil || ae.Code == "" {
+			return apitype.Errorf(apitype.CodeInternal, "daemon answered %s", resp.Status)
+		}
+		return &ae
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return apitype.Errorf(apitype.CodeInternal, "decoding the daemon's answer: %v", err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) dialError(err error) error {
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ECONNREFUSED):
+		return apitype.Errorf(apitype.CodeUnavailable, "daemon is not running (no socket at %s)", c.SocketPath)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return apitype.Errorf(apitype.CodePermissionDenied, "permission denied on %s: the daemon belongs to another user", c.SocketPath)
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
+		return apitype.Errorf(apitype.CodePermissionDenied, "the daemon at %s closed the connection (it refuses other users)", c.SocketPath)
+	}
+	return apitype.Errorf(apitype.CodeUnavailable, "talking to the daemon at %s: %v", c.SocketPath, err)
+}
+
+// Ping reports whether the daemon answers.
+func (c *Client) Ping(ctx context.Context) error { return c.do(ctx, "GET", "/v1/ping", nil) }
+
+// Status returns the daemon's and every service's status.
+func (c *Client) Status(ctx context.Context) (apitype.Status, error) {
+	var st apitype.Status
+	err := c.do(ctx, "GET", "/v1/status", &st)
+	return st, err
+}
+
+func (c *Client) service(ctx context.Context, name, verb string) error {
+	return c.do(ctx, "POST", fmt.Sprintf("/v1/services/%s/%s", url.PathEscape(name), verb), nil)
+}
+
+// Start starts a service.
+func (c *Client) Start(ctx context.Context, name string) error { return c.service(ctx, name, "start") }
+
+// Stop stops a service and returns once it has stopped.
+func (c *Client) Stop(ctx context.Context, name string) error { return c.service(ctx, name, "stop") }
+
+// Restart restarts a service (planned: not counted as a crash).
+func (c *Client) Restart(ctx context.Context, name string) error {
+	return c.service(ctx, name, "restart")
+}
+
+// Reset closes a service's crash-loop breaker and starts it again.
+func (c *Client) Reset(ctx context.Context, name string) error { return c.service(ctx, name, "reset") }
+
+// Reload makes the daemon re-read its config.
+func (c *Client) Reload(ctx context.Context) (apitype.ReloadResult, error) {
+	var res apitype.ReloadResult
+	err := c.do(ctx, "POST", "/v1/reload", &res)
+	return res, err
+}
+
+// Shutdown asks the daemon to stop every service and exit.
+func (c *Client) Shutdown(ctx context.Context) error { return c.do(ctx, "POST", "/v1/shutdown", nil) }

@@ -1,0 +1,190 @@
+// Package api serves vigil's control API: HTTP/JSON under /v1/ on a unix
+// socket that only the daemon's own user (or root) may use.
+//
+// Every answer is JSON: the wire structs of package apitype on success, an
+// apitype.Error on failure, with the HTTP status derived from its code. The
+// package holds no supervisor state; it calls a Controller.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"golang.org/x/sys/unix"
+)
+
+// Controller is what the API operates; the daemon implements it on top of
+// the supervisor. Every method is safe for concurrent use.
+type Controller interface {
+	Status() apitype.Status
+	Start(name string) error
+	Stop(name string) error    // returns once the service has stopped
+	Restart(name string) error // planned; returns once the new instance is spawned
+	Reset(name string) error   // close the breaker and start again
+	Reload() (apitype.ReloadResult, error)
+	Shutdown() // begin a graceful shutdown of the daemon; returns at once
+}
+
+// Listen creates the control socket at path with mode 0600. The caller holds
+// the daemon lock, so a socket already there is stale and is replaced; any
+// other kind of file (a symlink above all) is refused. The socket is bound
+// inside the 0700 state dir, so the moment between bind and chmod exposes
+// nothing.
+func Listen(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("api: %s exists and is not a socket (%s): refusing to replace it", path, fi.Mode().Type())
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("api: removing stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	return &peerListener{Listener: l, uid: os.Geteuid()}, nil
+}
+
+// peerListener accepts only connections whose peer (SO_PEERCRED) is our own
+// user or root; the 0600 mode already says so, this holds even if the mode
+// is loosened by hand.
+type peerListener struct {
+	net.Listener
+	uid int
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uid, err := peerUID(c)
+		if err == nil && (uid == l.uid || uid == 0) {
+			return c, nil
+		}
+		slog.Warn("api: refused a connection from another user", "uid", uid, "err", err)
+		c.Close()
+	}
+}
+
+func peerUID(c net.Conn) (int, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return -1, errors.New("api: not a unix connection")
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, err
+	}
+	if cerr != nil {
+		return -1, cerr
+	}
+	return int(cred.Uid), nil
+}
+
+// Server answers the API.
+type Server struct {
+	c   Controller
+	log *slog.Logger
+	srv *http.Server
+}
+
+// NewServer returns a server for c; logger may be nil.
+func NewServer(c Controller, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{c: c, log: logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, r *http.Request) { reply(w, map[string]bool{"ok": true}, nil) })
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) { reply(w, c.Status(), nil) })
+	for verb, f := range map[string]func(string) error{
+		"start": c.Start, "stop": c.Stop, "restart": c.Restart, "reset": c.Reset,
+	} {
+		mux.HandleFunc("POST /v1/services/{name}/"+verb, func(w http.ResponseWriter, r *http.Request) {
+			name := r.PathValue("name")
+			err := f(name)
+			if err == nil {
+				s.log.Info("api: "+verb, "service", name)
+			}
+			reply(w, map[string]string{"service": name, "done": verb}, err)
+		})
+	}
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
+		res, err := c.Reload()
+		reply(w, res, err)
+	})
+	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
+		c.Shutdown()
+		reply(w, map[string]bool{"ok": true}, nil)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, nil, apitype.Errorf(apitype.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s
+}
+
+// Serve answers on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting and waits (bounded by ctx) for answers in flight.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// StatusOf maps an error class to its HTTP status.
+func StatusOf(code apitype.ErrorCode) int {
+	switch code {
+	case apitype.CodeNotFound:
+		return http.StatusNotFound
+	case apitype.CodeAlreadyExists, apitype.CodeFailedPrecondition:
+		return http.StatusConflict
+	case apitype.CodeInvalidArgument:
+		return http.StatusBadRequest
+	case apitype.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case apitype.CodePermissionDenied:
+		return http.StatusForbidden
+	}
+	return http.StatusInternalServerError
+}
+
+func reply(w http.ResponseWriter, v any, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	if err != nil {
+		var ae *apitype.Error
+		if !errors.As(err, &ae) {
+			ae = &apitype.Error{Code: apitype.CodeInternal, Message: err.Error()}
+		}
+		w.WriteHeader(StatusOf(ae.Code))
+		v = ae
+	}
+	_ = json.NewEncoder(w).Encode(v)
+}

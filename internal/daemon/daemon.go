@@ -1,0 +1,362 @@
+// Package daemon is vigil's composition root: it takes the state dir and its
+// lock, wires the real reaper, logs, supervisor and control API together, runs
+// supervision, and shuts everything down in order.
+//
+// The lock on <state>/daemon.lock is held for the daemon's whole life: it,
+// not a pid file, is what guarantees one daemon per project.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api"
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/logs"
+	"github.com/vigil-dev/vigil/internal/proc"
+	"github.com/vigil-dev/vigil/internal/supervisor"
+	"golang.org/x/sys/unix"
+)
+
+// Version is the daemon's version, shown in status.
+var Version = "0.1.0-dev"
+
+// Options configures Run. ConfigPath is required; every other zero value works.
+type Options struct {
+	// ConfigPath is vigil.toml or a Procfile.
+	ConfigPath string
+	// StateDir overrides the config's state_dir when non-empty.
+	StateDir string
+	// Output, when non-nil, receives every service's output lines prefixed
+	// with "name | " (foreground `vigil up`) and vigil's own notices,
+	// coloured when Color is set.
+	Output io.Writer
+	Color  bool
+	// Ready, when non-nil, is called exactly once: with nil as soon as the
+	// control socket answers, or with the error that stopped start-up.
+	Ready func(error)
+	// Logger receives the daemon's own log; default slog.Default().
+	Logger *slog.Logger
+	// NoSubreaper keeps the daemon from becoming a child subreaper and from
+	// reaping children it did not start. For tests that run the daemon
+	// inside a process that waits for children of its own.
+	NoSubreaper bool
+}
+
+// ErrAlreadyRunning is wrapped by Run's error when another daemon holds the
+// project's lock.
+var ErrAlreadyRunning = errors.New("daemon: another vigil daemon is already running for this project")
+
+// Run supervises the project until ctx is cancelled or a `down` request
+// arrives, then stops every service (dependents first) and returns.
+func Run(ctx context.Context, opts Options) (err error) {
+	ready := opts.Ready
+	if ready == nil {
+		ready = func(error) {}
+	}
+	readied := false
+	defer func() {
+		if !readied {
+			ready(err)
+		}
+	}()
+
+	cfg, err := config.Load(opts.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if opts.StateDir != "" {
+		if cfg.StateDir, err = filepath.Abs(opts.StateDir); err != nil {
+			return err
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+
+	if err := MakeStateDir(cfg.StateDir); err != nil {
+		return err
+	}
+	lock, err := acquireLock(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+
+	if !opts.NoSubreaper {
+		if err := proc.SetChildSubreaper(); err != nil {
+			return fmt.Errorf("daemon: becoming child subreaper: %w", err)
+		}
+	}
+	reaper, err := proc.NewReaper(proc.ReaperOptions{
+		ReapAll: !opts.NoSubreaper,
+		Cgroups: true,
+		Orphan: func(e proc.Exit) {
+			log.Debug("reaped orphan", "pid", e.PID, "status", int(e.Status))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer reaper.Close()
+
+	rotator, err := logs.NewRotator(cfg.StateDir, logs.Limits{MaxSize: cfg.Logs.MaxSize, MaxFiles: cfg.Logs.MaxFiles})
+	if err != nil {
+		return err
+	}
+	defer rotator.Close()
+
+	d := &daemon{
+		opts:      opts,
+		log:       log,
+		startedAt: time.Now(),
+		done:      make(chan struct{}),
+	}
+	d.cfg.Store(cfg)
+	bus := &event.Bus{}
+	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, log: log}
+	d.sup = supervisor.New(supervisor.Options{Services: cfg.Services, Runner: run, Bus: bus, Logger: log})
+
+	if opts.Output != nil {
+		d.prefixer = logs.NewPrefixer(cfg.StateDir, opts.Output, opts.Color)
+		defer d.prefixer.Close()
+		for _, s := range cfg.Services {
+			if err := d.prefixer.Add(s.Name); err != nil {
+				return err
+			}
+		}
+		sub := bus.Subscribe(4096)
+		defer sub.Close()
+		go d.printEvents(sub)
+	}
+
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	go func() { d.sup.Run(loopCtx); close(loopDone) }()
+	defer func() { stopLoop(); <-loopDone }()
+
+	sock := filepath.Join(cfg.StateDir, "vigil.sock")
+	l, err := api.Listen(sock)
+	if err != nil {
+		return err
+	}
+	srv := api.NewServer(d, log)
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server", "err", err)
+		}
+	}()
+	defer os.Remove(sock)
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	d.sup.StartAll()
+	d.sup.Sync()
+	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
+	readied = true
+	ready(nil)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			if _, err := d.Reload(); err != nil {
+				log.Error("reload on SIGHUP", "err", err)
+			}
+			continue
+		case <-ctx.Done():
+		case <-d.done:
+		}
+		break
+	}
+	log.Info("stopping every service")
+	d.sup.StopAll()
+	log.Info("daemon stopped")
+	return nil
+}
+
+// daemon implements api.Controller on top of the supervisor.
+type daemon struct {
+	opts      Options
+	log       *slog.Logger
+	sup       *supervisor.Supervisor
+	prefixer  *logs.Prefixer
+	startedAt time.Time
+	cfg       atomic.Pointer[config.Config]
+	reloadMu  sync.Mutex
+	downOnce  sync.Once
+	done      chan struct{}
+}
+
+func (d *daemon) Status() apitype.Status {
+	cfg := d.cfg.Load()
+	return apitype.Status{
+		Daemon: apitype.Daemon{
+			PID:           os.Getpid(),
+			Version:       Version,
+			StartedAt:     d.startedAt,
+			RecoveryStage: "live",
+			Config:        cfg.Path,
+			StateDir:      cfg.StateDir,
+		},
+		Services: d.sup.Services(),
+	}
+}
+
+func (d *daemon) Start(name string) error   { return d.sup.Start(name) }
+func (d *daemon) Stop(name string) error    { return d.sup.Stop(name) }
+func (d *daemon) Restart(name string) error { return d.sup.Restart(name) }
+func (d *daemon) Reset(name string) error   { return d.sup.Reset(name) }
+
+// Reload re-reads the config file; a config with errors changes nothing.
+func (d *daemon) Reload() (apitype.ReloadResult, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	old := d.cfg.Load()
+	cfg, err := config.Load(old.Path)
+	if err != nil {
+		return apitype.ReloadResult{}, apitype.Errorf(apitype.CodeInvalidArgument, "reload: %v", err)
+	}
+	cfg.StateDir = old.StateDir // the state dir holds our lock and socket; it cannot move under us
+	if d.prefixer != nil {
+		for _, s := range cfg.Services {
+			if err := d.prefixer.Add(s.Name); err != nil {
+				return apitype.ReloadResult{}, err
+			}
+		}
+	}
+	res := d.sup.Reload(cfg.Services)
+	if d.prefixer != nil {
+		for _, name := range res.Removed {
+			d.prefixer.Remove(name)
+		}
+	}
+	d.cfg.Store(cfg)
+	d.log.Info("reloaded", "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+	return res, nil
+}
+
+func (d *daemon) Shutdown() { d.downOnce.Do(func() { close(d.done) }) }
+
+// printEvents writes vigil's own notices into the foreground output, in the
+// same "name | line" shape as the services' output.
+func (d *daemon) printEvents(sub *event.Subscription) {
+	for e := range sub.C {
+		var msg string
+		switch e.Topic {
+		case event.CrashDetected:
+			msg = fmt.Sprintf("%s crashed: %s", e.Service, describeExit(e.Exit))
+		case event.BreakerTripped:
+			msg = fmt.Sprintf("%s is failing in a loop: stopped, manual action required (vigil reset %s)", e.Service, e.Service)
+		case event.ServiceState:
+			switch e.State {
+			case "running":
+				msg = fmt.Sprintf("%s running (pid %d)", e.Service, e.PID)
+			case "backoff", "exited", "stopped":
+				msg = fmt.Sprintf("%s %s", e.Service, e.State)
+				if e.Reason != "" {
+					msg += " (" + strings.ReplaceAll(e.Reason, "_", " ") + ")"
+				}
+			default:
+				continue
+			}
+		default:
+			continue
+		}
+		d.prefixer.Notice(e.Service, msg)
+	}
+}
+
+func describeExit(e *apitype.Exit) string {
+	switch {
+	case e == nil:
+		return "unknown"
+	case e.Error != "":
+		return e.Class + ": " + e.Error
+	case e.Code != nil:
+		return fmt.Sprintf("%s %d", e.Class, *e.Code)
+	case e.Signal != "":
+		s := e.Class + " " + e.Signal
+		if e.CoreDumped {
+			s += " (core dumped)"
+		}
+		return s
+	}
+	return e.Class
+}
+
+// MakeStateDir creates dir with mode 0700 (and its parents) and refuses a
+// state dir that is a symlink or that another user can write.
+func MakeStateDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("daemon: state dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("daemon: state dir: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("daemon: state dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("daemon: state dir %s is not a directory (symlinks are refused)", dir)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("daemon: state dir %s belongs to uid %d, not to us (uid %d)", dir, st.Uid, os.Geteuid())
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("daemon: state dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// acquireLock takes the project's lock without waiting. The file is never
+// removed or renamed, so the kernel lock on it is the only truth; the pid
+// written inside is information for the error message, nothing more.
+func acquireLock(stateDir string) (*os.File, error) {
+	path := filepath.Join(stateDir, "daemon.lock")
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: opening %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			info := strings.TrimSpace(string(holder))
+			if info != "" {
+				info = " (" + info + ")"
+			}
+			return nil, fmt.Errorf("%w%s: lock %s is held", ErrAlreadyRunning, info, path)
+		}
+		return nil, fmt.Errorf("daemon: locking %s: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = fmt.Fprintf(f, "pid %d since %s\n", os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+	return f, nil
+}
