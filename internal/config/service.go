@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 )
@@ -59,4 +60,17 @@ func DependencyOrder(services []Service) []string {
 		order = append(order, services[next].Name)
 	}
 	return order
+}
+
+// Lookup returns the service called name, or an error naming it with the
+// closest existing name when one is close ("did you mean …?").
+func (c *Config) Lookup(name string) (*Service, error) {
+	names := make([]string, len(c.Services))
+	for i := range c.Services {
+		if c.Services[i].Name == name {
+			return &c.Services[i], nil
+		}
+		names[i] = c.Services[i].Name
+	}
+	return nil, fmt.Errorf("unknown service %q%s", name, suggestion(name, names))
 }

@@ -60,7 +60,7 @@ type Options struct {
 
 // ErrAlreadyRunning is wrapped by Run's error when another daemon holds the
 // project's lock.
-var ErrAlreadyRunning = errors.New("daemon: another vigil daemon is already running for this project")
+var ErrAlreadyRunning = errors.New("another vigil daemon is already running for this project")
 
 // Run supervises the project until ctx is cancelled or a `down` request
 // arrives, then stops every service (dependents first) and returns.

@@ -582,7 +582,7 @@ func (s *Supervisor) decided(svc *service, class policy.Class, d policy.Decision
 		s.move(svc, Failed, string(d.Reason))
 		s.bus.Publish(event.Event{Time: now, Topic: event.BreakerTripped, Service: svc.cfg.Name,
 			Reason: string(d.Reason), Exit: svc.lastExit})
-		s.log.Error("crash loop: manual action required", "service", svc.cfg.Name,
+		s.log.Warn("crash loop: manual action required", "service", svc.cfg.Name,
 			"crashes", svc.tracker.CrashesInWindow(svc.pol, now))
 		if until, ok := svc.tracker.CooldownDue(svc.pol); ok {
 			s.scheduleRestart(svc, until.Sub(now), func() {
