@@ -262,4 +262,3 @@ func versionCmd(g *globals) *cobra.Command {
 		Run:   func(cmd *cobra.Command, args []string) { fmt.Fprintln(g.stdout, "vigil", Version) },
 	}
 }
-

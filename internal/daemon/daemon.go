@@ -106,7 +106,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	reaper, err := proc.NewReaper(proc.ReaperOptions{
 		ReapAll: !opts.NoSubreaper,
-		Cgroups: true,
+		Cgroups: os.Getenv("VIGIL_NO_CGROUPS") == "",
 		Orphan: func(e proc.Exit) {
 			log.Debug("reaped orphan", "pid", e.PID, "status", int(e.Status))
 		},

@@ -8,15 +8,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// cgroupRoot is the directory under which this process creates one cgroup
-// per instance: <our cgroup v2>/vigil.<pid>. No controller is enabled, so
-// cgroup v2's no-internal-process rule does not apply and we may stay in
-// our own cgroup beside the children.
-type cgroupRoot struct{ dir string }
+// cgroupRoot is the directory under which this process keeps one cgroup
+// per service: <our cgroup v2>/vigil.<pid>/<service>. No controller is
+// enabled, so cgroup v2's no-internal-process rule does not apply and we may
+// stay in our own cgroup beside the children.
+//
+// A service's cgroup is made at its first start and reused by every later
+// instance: creating and removing cgroups costs tens of milliseconds at
+// times (the kernel waits for RCU grace periods), which has no place
+// between a crash and the restart. The supervisor kills what is left of an
+// instance before it starts the next one, so at any moment a service's
+// cgroup holds one instance's processes.
+type cgroupRoot struct {
+	dir string
+
+	mu       sync.Mutex
+	services map[string]*cgroup
+}
 
 // newCgroupRoot returns nil when no writable cgroup v2 hierarchy exists.
 func newCgroupRoot() *cgroupRoot {
@@ -37,10 +50,34 @@ func newCgroupRoot() *cgroupRoot {
 		os.Remove(dir)
 		return nil
 	}
-	return &cgroupRoot{dir: dir}
+	return &cgroupRoot{dir: dir, services: make(map[string]*cgroup)}
 }
 
-func (r *cgroupRoot) remove() { os.Remove(r.dir) }
+// remove deletes every service cgroup that is empty, and the root.
+func (r *cgroupRoot) remove() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.services {
+		os.Remove(c.dir)
+	}
+	os.Remove(r.dir)
+}
+
+// service returns the cgroup of service, creating it on first use.
+func (r *cgroupRoot) service(name string) (*cgroup, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.services[name]; c != nil {
+		return c, nil
+	}
+	dir := filepath.Join(r.dir, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, err
+	}
+	c := &cgroup{dir: dir}
+	r.services[name] = c
+	return c, nil
+}
 
 // cgroup2Mount finds where the cgroup v2 hierarchy is mounted:
 // /sys/fs/cgroup on a pure v2 host, /sys/fs/cgroup/unified on a hybrid one.
@@ -78,30 +115,12 @@ func ownCgroup() string {
 	return ""
 }
 
-// cgroup is one instance's cgroup.
-type cgroup struct {
-	dir string
-	fd  int // open only between create and the fork
-}
+// cgroup is one service's cgroup.
+type cgroup struct{ dir string }
 
-func (r *cgroupRoot) create(service, token string) (*cgroup, error) {
-	dir := filepath.Join(r.dir, service+"."+token)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		os.Remove(dir)
-		return nil, err
-	}
-	return &cgroup{dir: dir, fd: fd}, nil
-}
-
-func (c *cgroup) closeFD() {
-	if c.fd >= 0 {
-		unix.Close(c.fd)
-		c.fd = -1
-	}
+// open returns a descriptor of the cgroup for clone3's CLONE_INTO_CGROUP.
+func (c *cgroup) open() (int, error) {
+	return unix.Open(c.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
 func (c *cgroup) procs() ([]int, error) {
@@ -120,11 +139,4 @@ func (c *cgroup) procs() ([]int, error) {
 
 func (c *cgroup) kill() error {
 	return os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0)
-}
-
-// remove deletes the cgroup; the kernel refuses while a process is in it,
-// which is then left for the next Release or a later clean-up.
-func (c *cgroup) remove() {
-	c.closeFD()
-	os.Remove(c.dir)
 }

@@ -214,9 +214,16 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 	sys := &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential}
 
 	var cg *cgroup
+	cgfd := -1
 	if r.cg != nil {
-		if cg, err = r.cg.create(spec.Service, token); err == nil {
-			sys.UseCgroupFD, sys.CgroupFD = true, cg.fd
+		if cg, err = r.cg.service(spec.Service); err == nil {
+			if cgfd, err = cg.open(); err == nil {
+				sys.UseCgroupFD, sys.CgroupFD = true, cgfd
+			} else {
+				cg = nil
+			}
+		} else {
+			cg = nil
 		}
 	}
 	r.mu.Lock()
@@ -225,13 +232,10 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		r.waiting[pid] = onExit
 	}
 	r.mu.Unlock()
-	if cg != nil {
-		cg.closeFD()
+	if cgfd >= 0 {
+		unix.Close(cgfd)
 	}
 	if err != nil {
-		if cg != nil {
-			cg.remove()
-		}
 		return nil, fmt.Errorf("proc: spawn %s: %w", path, err)
 	}
 	p := &Process{PGID: pid, Service: spec.Service, token: token, cg: cg}
@@ -307,10 +311,11 @@ func lookPath(file string, env []string) (string, error) {
 // Process is a started instance.
 type Process struct {
 	Identity
-	PGID    int
-	Service string
-	token   string
-	cg      *cgroup
+	PGID     int
+	Service  string
+	token    string
+	cg       *cgroup
+	released bool
 }
 
 // Signal sends sig to the instance's process group and to every member that
@@ -357,13 +362,10 @@ func (p *Process) KillAll() int {
 	return len(pids)
 }
 
-// Release removes the instance's cgroup; call it once the exit is seen and
-// the strays are dealt with.
-func (p *Process) Release() {
-	if p.cg != nil {
-		p.cg.remove()
-	}
-}
+// Release forgets the instance once its exit is seen and its strays are
+// dealt with; after it, Members and KillAll no longer look at the service's
+// cgroup, which by then may hold the next instance.
+func (p *Process) Release() { p.cg = nil; p.released = true }
 
 // strays are members outside the process group (they would miss a group signal).
 func (p *Process) strays() []int {
@@ -377,6 +379,9 @@ func (p *Process) strays() []int {
 }
 
 func (p *Process) memberPIDs() []int {
+	if p.released {
+		return nil
+	}
 	if p.cg != nil {
 		if pids, err := p.cg.procs(); err == nil {
 			return pids
