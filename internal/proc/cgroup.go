@@ -9,12 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
 
-// cgroupRoot is the directory under which this process keeps one cgroup
-// per service: <our cgroup v2>/vigil.<pid>/<service>. No controller is
+// cgroupRoot is the directory under which a reaper keeps one cgroup per
+// service: <our cgroup v2>/vigil.<pid>.<n>/<service>. No controller is
 // enabled, so cgroup v2's no-internal-process rule does not apply and we may
 // stay in our own cgroup beside the children.
 //
@@ -31,6 +32,9 @@ type cgroupRoot struct {
 	services map[string]*cgroup
 }
 
+// rootSeq tells apart the roots of several reapers in one process (tests).
+var rootSeq atomic.Uint64
+
 // newCgroupRoot returns nil when no writable cgroup v2 hierarchy exists.
 func newCgroupRoot() *cgroupRoot {
 	mount := cgroup2Mount()
@@ -41,7 +45,7 @@ func newCgroupRoot() *cgroupRoot {
 	if self == "" {
 		return nil
 	}
-	dir := filepath.Join(mount, self, fmt.Sprintf("vigil.%d", os.Getpid()))
+	dir := filepath.Join(mount, self, fmt.Sprintf("vigil.%d.%d", os.Getpid(), rootSeq.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil
 	}
