@@ -311,10 +311,11 @@ func scale(bin, dir string) error {
 		}
 		switch e.What {
 		case procEventFork:
-			if e.Parent == cli && d.pid == 0 {
-				d.pid = e.PID // the detached daemon
-			} else if e.Parent == d.pid && d.pid != 0 {
-				family[e.PID] = true
+			switch {
+			case e.Parent == cli:
+				family[e.PID] = true // the daemon is one of these
+			case family[e.Parent] && (d.pid == 0 || e.Parent == d.pid):
+				d.pid = e.Parent // the process that forks the services
 				d.children[e.PID] = true
 			}
 		case procEventExec:
@@ -349,7 +350,8 @@ func scale(bin, dir string) error {
 	c0 := cpuNS(d.pid)
 	time.Sleep(*idle)
 	c1 := cpuNS(d.pid)
-	fmt.Printf("daemon CPU over %v idle with %d services: %.3f ms\n", *idle, *services, float64(c1-c0)/1e6)
+	fmt.Printf("daemon CPU over %v idle with %d services: %.3f ms (its CPU since start: %.1f ms)\n",
+		*idle, *services, float64(c1-c0)/1e6, float64(c1)/1e6)
 
 	// Graceful stop: SIGTERM to the daemon until it has exited, which it does
 	// only after every service has.
