@@ -388,8 +388,7 @@ func TestSpawnFailureGoesThroughBackoffAndBreaker(t *testing.T) {
 	h := newHarness(t, c)
 	h.r.fail["bad"] = errors.New("exec: no such file")
 	h.sup.StartAll()
-	h.sup.Sync()
-	h.sup.Sync()
+	h.waitEvent("bad", Failed)
 	h.expectLog("spawnfail bad", "spawnfail bad", "spawnfail bad", "spawnfail bad")
 	s := h.expectState("bad", Failed)
 	if s.LastExit.Class != "spawn_failed" || s.LastExit.Error == "" {
