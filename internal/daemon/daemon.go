@@ -170,7 +170,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}()
 
 	d.sup.StartAll()
-	d.sup.Sync()
 	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
 	readied = true
 	ready(nil)

@@ -200,10 +200,22 @@ func (s *Supervisor) call(f func(done func(error))) error {
 	return <-ch
 }
 
-// Sync returns once every event posted before it has been processed: the
-// test-only round-trip that replaces sleeping.
+// Sync returns once the loop is idle: every event posted before it, and
+// every event those posted in turn (a zero-delay restart), has been
+// processed. It is the round-trip that tests use instead of sleeping.
 func (s *Supervisor) Sync() {
-	_ = s.call(func(done func(error)) { done(nil) })
+	for {
+		idle := false
+		_ = s.call(func(done func(error)) {
+			s.qmu.Lock()
+			idle = len(s.queue) == 0
+			s.qmu.Unlock()
+			done(nil)
+		})
+		if idle {
+			return
+		}
+	}
 }
 
 // Services returns the status projection of every service, in config order.
