@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,8 +34,11 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"waitfor": cmdWaitFor,
-			"savepid": cmdSavePID,
+			"waitfor":      cmdWaitFor,
+			"savepid":      cmdSavePID,
+			"daemonpid":    cmdDaemonPID,
+			"waitrestarts": cmdWaitRestarts,
+			"nozombies":    cmdNoZombies,
 		},
 	})
 }
@@ -103,4 +107,82 @@ func cmdSavePID(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s has no pid", args[0])
 	}
 	ts.Setenv(args[1], strconv.Itoa(s.PID))
+}
+
+// daemonpid VAR: put the daemon's pid in $VAR.
+func cmdDaemonPID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: daemonpid VAR")
+	}
+	st, err := scriptClient(ts).Status(context.Background())
+	ts.Check(err)
+	ts.Setenv(args[0], strconv.Itoa(st.Daemon.PID))
+}
+
+// waitrestarts NAME N [TIMEOUT]: wait until the service has restarted N times.
+func cmdWaitRestarts(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: waitrestarts NAME N [TIMEOUT]")
+	}
+	n, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	timeout := 30 * time.Second
+	if len(args) == 3 {
+		timeout, err = time.ParseDuration(args[2])
+		ts.Check(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := service(ts, args[0])
+		if err == nil && s.Restarts >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s restarted %d times within %v, want %d", args[0], s.Restarts, timeout, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// nozombies: the daemon has no zombie children that stay zombies (one may
+// be between its exit and its reaping for a moment).
+func cmdNoZombies(ts *testscript.TestScript, neg bool, args []string) {
+	st, err := scriptClient(ts).Status(context.Background())
+	ts.Check(err)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		z := zombieChildren(st.Daemon.PID)
+		if len(z) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("zombies under the daemon (pid %d): %v", st.Daemon.PID, z)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func zombieChildren(parent int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+2:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == strconv.Itoa(parent) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,21 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/client"
 	"github.com/vigil-dev/vigil/internal/daemon"
 )
+
+// TestMain lets the test binary act as a client from another user: with
+// DAEMON_TEST_STATUS set it asks that socket for the status and prints the
+// error it gets.
+func TestMain(m *testing.M) {
+	if sock := os.Getenv("DAEMON_TEST_STATUS"); sock != "" {
+		_, err := (&client.Client{SocketPath: sock}).Status(context.Background())
+		fmt.Println(err)
+		if errors.Is(err, apitype.ErrPermissionDenied) {
+			os.Exit(0)
+		}
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 // project is a daemon running in this test process on a temp project.
 type project struct {
@@ -361,5 +377,70 @@ func TestSecondDaemonIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
 		t.Errorf("error does not say who holds the lock: %v", err)
+	}
+}
+
+func TestServiceRunsAsConfiguredUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	p := startProject(t, `
+[services.who]
+command = "id -u; id -g; exec sleep 1000"
+user = "nobody"
+cwd = "/" # the test's temp dir is root's alone
+`)
+	p.waitFor("who", 10*time.Second, "running", running)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(p.dir, ".vigil", "logs", "who.log"))
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if f[0] != "65534" {
+				t.Fatalf("service ran as uid %s, want 65534 (nobody)", f[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no id output in the log: %q", b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAnotherUserIsRefused(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to act as another user")
+	}
+	p := startProject(t, "[services.a]\ncommand = [\"sleep\", \"1000\"]\n")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary must be readable by nobody: copy it somewhere it is.
+	dir, err := os.MkdirTemp("", "vigil-other-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "daemon.test")
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"DAEMON_TEST_STATUS=" + p.c.SocketPath}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("another user was not refused with permission denied: %v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "permission denied on "+p.c.SocketPath+": the daemon belongs to another user") {
+		t.Fatalf("message: %s", out)
 	}
 }

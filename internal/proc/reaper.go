@@ -236,7 +236,14 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		unix.Close(cgfd)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("proc: spawn %s: %w", path, err)
+		where := ""
+		if spec.Dir != "" {
+			where = " in " + spec.Dir
+		}
+		if c := spec.Credential; c != nil {
+			where += fmt.Sprintf(" as uid %d gid %d", c.Uid, c.Gid)
+		}
+		return nil, fmt.Errorf("proc: spawn %s%s: %w", path, where, err)
 	}
 	p := &Process{PGID: pid, Service: spec.Service, token: token, cg: cg}
 	p.Identity.PID = pid
