@@ -5,7 +5,7 @@
 // It needs root (the proc connector does).
 //
 //	go run ./bench                # every scenario
-//	go run ./bench -only restart  # one of: restart, sigkill, scale
+//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify
 package main
 
 import (
@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only     = flag.String("only", "", "run one scenario: restart, sigkill, scale")
+	only     = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify")
 	samples  = flag.Int("n", 300, "restarts measured in the restart and sigkill scenarios")
 	services = flag.Int("services", 1000, "services in the scale scenario")
 	idle     = flag.Duration("idle", 30*time.Second, "idle window for the CPU measurement")
@@ -57,7 +57,7 @@ func run() error {
 	for _, sc := range []struct {
 		name string
 		f    func(bin, dir string) error
-	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}} {
+	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}, {"notify", notifyScenario}} {
 		if *only != "" && *only != sc.name {
 			continue
 		}
@@ -97,6 +97,9 @@ type daemon struct {
 }
 
 func startDaemon(bin, dir, toml string, ev *procEvents) (*daemon, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	cfg := filepath.Join(dir, "vigil.toml")
 	if err := os.WriteFile(cfg, []byte(toml), 0o644); err != nil {
 		return nil, err

@@ -89,7 +89,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		serviceCmd(g, "stop", "Stop a service; returns once it has stopped", (*client.Client).Stop),
 		serviceCmd(g, "restart", "Restart a service (planned: never counted as a crash)", (*client.Client).Restart),
 		serviceCmd(g, "reset", "Close a service's crash-loop breaker and start it again", (*client.Client).Reset),
-		reloadCmd(g), logsCmd(g), checkCmd(g), versionCmd(g),
+		reloadCmd(g), logsCmd(g), checkCmd(g), versionCmd(g), notifyCmd(g),
 	)
 	return root
 }

@@ -49,6 +49,10 @@ func defaultService(name, dir string) Service {
 		Autostart:   true,
 		Backoff:     defaultBackoff,
 		CrashLoop:   defaultCrashLoop,
+
+		Ready:        Readiness{Kind: ReadyStarted, Period: defaultReadyPeriod, Timeout: defaultCheckTimeout},
+		StartTimeout: defaultStartTimeout,
+		NotifyAccess: NotifyGroup,
 	}
 }
 
@@ -56,7 +60,7 @@ func defaultService(name, dir string) Service {
 var (
 	topKeys       = []string{"state_dir", "logs", "services"}
 	logsKeys      = []string{"max_size", "max_files"}
-	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop"}
+	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness"}
 	backoffKeys   = []string{"initial", "max", "multiplier", "jitter", "reset_after"}
 	crashLoopKeys = []string{"crashes", "window", "cooldown"}
 	restartValues = []string{string(RestartAlways), string(RestartOnFailure), string(RestartNever)}
@@ -199,6 +203,24 @@ func (d *decoder) service(name string, v *value, path string) Service {
 			s.Backoff = d.backoff(f, fp)
 		case "crash_loop":
 			s.CrashLoop = d.crashLoop(f, fp)
+		case "ready":
+			d.ready(f, fp, &s.Ready)
+		case "ready_check":
+			d.readyCheck(f, fp, &s.Ready)
+		case "start_timeout":
+			if t, ok := d.positive(f, fp); ok {
+				s.StartTimeout = t
+			}
+		case "watchdog":
+			if t, ok := d.watchdog(f, fp); ok {
+				s.Watchdog = t
+			}
+		case "notify_access":
+			if a, ok := d.notifyAccess(f, fp); ok {
+				s.NotifyAccess = a
+			}
+		case "liveness":
+			s.Liveness = d.liveness(f, fp)
 		default:
 			commandSeen = commandSeen || closest(key, serviceKeys) == "command"
 			return false

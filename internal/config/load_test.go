@@ -71,6 +71,30 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`2:7: services.web: expected a table, got string "serve"`}},
 		{"array of tables for a service", "[[services.web]]\ncommand = \"serve\"\n",
 			[]string{`1:12: services.web: expected a table, got an array`}},
+		{"unknown readiness", web + "ready = \"notfy\"\n",
+			[]string{`3:9: services.web.ready: unknown readiness "notfy": use "started", "notify", "http://HOST:PORT/PATH", "tcp://HOST:PORT" or ["exec", …]; did you mean "notify"?`}},
+		{"readiness URL without a host", web + "ready = \"http:///health\"\n",
+			[]string{`3:9: services.web.ready: URL "http:///health" has no host`}},
+		{"readiness address without a port", web + "ready = \"tcp://localhost\"\n",
+			[]string{`3:9: services.web.ready: address "localhost" must be HOST:PORT`}},
+		{"readiness array not exec", web + "ready = [\"run\", \"x\"]\n",
+			[]string{`3:9: services.web.ready: an array must be ["exec", "program", "arg"…]`}},
+		{"readiness of the wrong type", web + "ready = 1\n",
+			[]string{`3:9: services.web.ready: expected "started", "notify", "http://…", "tcp://…" or ["exec", …], got integer 1`}},
+		{"watchdog too short", web + "watchdog = \"1ms\"\n",
+			[]string{`3:12: services.web.watchdog: must be 0 (off) or at least 10ms, got "1ms"`}},
+		{"zero start timeout", web + "start_timeout = \"0s\"\n",
+			[]string{`3:17: services.web.start_timeout: must be more than 0`}},
+		{"bad notify_access", web + "notify_access = \"all\"\n",
+			[]string{`3:17: services.web.notify_access: must be "main" or "group", got "all"`}},
+		{"liveness with two kinds", web + "[services.web.liveness]\nhttp = \"http://a:1/\"\ntcp = \"a:1\"\n",
+			[]string{`3:15: services.web.liveness: give exactly one of http, tcp or exec (got 2)`}},
+		{"liveness with none", web + "liveness = { period = \"1s\" }\n",
+			[]string{`3:1: services.web.liveness: give exactly one of http, tcp or exec (got 0)`}},
+		{"liveness threshold zero", web + "liveness = { tcp = \"a:1\", failure_threshold = 0 }\n",
+			[]string{`3:47: services.web.liveness.failure_threshold: must be at least 1`}},
+		{"liveness unknown key", web + "liveness = { tcp = \"a:1\", perid = \"1s\" }\n",
+			[]string{`3:27: unknown key "perid" in [services.web.liveness]; did you mean "period"?`}},
 		{"bad duration", web + "stop_timeout = \"5 seconds\"\n",
 			[]string{`3:16: services.web.stop_timeout: invalid duration "5 seconds"; write a number with a unit, such as "500ms", "10s" or "1m30s"`}},
 		{"negative duration", web + "[services.web.backoff]\ninitial = \"-1s\"\n",
@@ -267,6 +291,10 @@ func TestDefaults(t *testing.T) {
 			Autostart:   true,
 			Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 2, Jitter: 0.2, ResetAfter: 60 * time.Second},
 			CrashLoop:   CrashLoop{Crashes: 5, Window: 60 * time.Second},
+
+			Ready:        Readiness{Kind: ReadyStarted, Period: 100 * time.Millisecond, Timeout: time.Second},
+			StartTimeout: 90 * time.Second,
+			NotifyAccess: NotifyGroup,
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -294,6 +322,16 @@ stop_signal = "int"
 stop_timeout = "1m30s"
 essential = true
 autostart = false
+ready = "notify"
+start_timeout = "2m"
+watchdog = "5s"
+notify_access = "main"
+[services.db.liveness]
+exec = ["pg_isready", "-q"]
+period = "30s"
+timeout = "2s"
+failure_threshold = 5
+initial_delay = "1m"
 [services.db.backoff]
 initial = "0s"
 max = "0s"
@@ -311,6 +349,9 @@ cwd = "web"
 depends_on = ["db"]
 backoff = { multiplier = 1.5, jitter = 1.0 }
 crash_loop = { crashes = 2, window = "10s" }
+ready = "http://127.0.0.1:8080/healthz"
+ready_check = { period = "250ms", timeout = "3s" }
+liveness = { tcp = "127.0.0.1:8080" }
 `)
 	cfg, err := Load(path)
 	if err != nil {
@@ -337,6 +378,13 @@ crash_loop = { crashes = 2, window = "10s" }
 			Autostart:   false,
 			Backoff:     Backoff{Multiplier: 1},
 			CrashLoop:   CrashLoop{Crashes: 0, Window: 0, Cooldown: 5 * time.Minute},
+
+			Ready:        Readiness{Kind: ReadyNotify, Period: 100 * time.Millisecond, Timeout: time.Second},
+			StartTimeout: 2 * time.Minute,
+			Watchdog:     5 * time.Second,
+			NotifyAccess: NotifyMain,
+			Liveness: &Probe{Kind: ReadyExec, Command: []string{"pg_isready", "-q"}, Period: 30 * time.Second,
+				Timeout: 2 * time.Second, FailureThreshold: 5, InitialDelay: time.Minute},
 		}, {
 			Name:        "web",
 			Command:     []string{"/bin/sh", "-c", "exec serve --port $PORT"},
@@ -350,6 +398,13 @@ crash_loop = { crashes = 2, window = "10s" }
 			Autostart:   true,
 			Backoff:     Backoff{Initial: 100 * time.Millisecond, Max: 30 * time.Second, Multiplier: 1.5, Jitter: 1, ResetAfter: 60 * time.Second},
 			CrashLoop:   CrashLoop{Crashes: 2, Window: 10 * time.Second},
+
+			Ready: Readiness{Kind: ReadyHTTP, URL: "http://127.0.0.1:8080/healthz", Period: 250 * time.Millisecond,
+				Timeout: 3 * time.Second},
+			StartTimeout: 90 * time.Second,
+			NotifyAccess: NotifyGroup,
+			Liveness: &Probe{Kind: ReadyTCP, Address: "127.0.0.1:8080", Period: 10 * time.Second,
+				Timeout: time.Second, FailureThreshold: 3},
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {

@@ -42,6 +42,12 @@ func TestEqual(t *testing.T) {
 		"Autostart":  func(s *Service) { s.Autostart = false },
 		"Backoff":    func(s *Service) { s.Backoff.Jitter = 0.5 },
 		"CrashLoop":  func(s *Service) { s.CrashLoop.Cooldown = time.Minute },
+		"Ready":      func(s *Service) { s.Ready.Kind = ReadyNotify },
+		"ReadyCmd":   func(s *Service) { s.Ready.Command = []string{"x"} },
+		"StartTO":    func(s *Service) { s.StartTimeout = time.Second },
+		"Watchdog":   func(s *Service) { s.Watchdog = time.Second },
+		"Access":     func(s *Service) { s.NotifyAccess = NotifyMain },
+		"Liveness":   func(s *Service) { s.Liveness = &Probe{Kind: ReadyTCP} },
 	}
 	for field, change := range changes {
 		s := base()
@@ -50,8 +56,8 @@ func TestEqual(t *testing.T) {
 			t.Errorf("a change to %s is not noticed by Equal", field)
 		}
 	}
-	// Every field of Service is covered above (Command..CrashLoop).
-	if n := reflect.TypeFor[Service]().NumField(); n != 16 {
+	// Every field of Service is covered above (Command..Liveness).
+	if n := reflect.TypeFor[Service]().NumField(); n != 21 {
 		t.Errorf("Service has %d fields; add the new ones to this test", n)
 	}
 }

@@ -28,6 +28,8 @@ import (
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
 	"github.com/vigil-dev/vigil/internal/logs"
+	"github.com/vigil-dev/vigil/internal/notify"
+	"github.com/vigil-dev/vigil/internal/probe"
 	"github.com/vigil-dev/vigil/internal/proc"
 	"github.com/vigil-dev/vigil/internal/supervisor"
 	"golang.org/x/sys/unix"
@@ -130,8 +132,24 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	d.cfg.Store(cfg)
 	bus := &event.Bus{}
-	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, log: log}
-	d.sup = supervisor.New(supervisor.Options{Services: cfg.Services, Runner: run, Bus: bus, Logger: log})
+	notifyPath := filepath.Join(cfg.StateDir, "notify.sock")
+	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, notify: notifyPath, log: log}
+	d.sup = supervisor.New(supervisor.Options{
+		Services:     cfg.Services,
+		Runner:       run,
+		Bus:          bus,
+		Logger:       log,
+		Check:        probe.Checker{Spawn: reaperSpawner(reaper)}.Check,
+		ProcessGroup: proc.ProcessGroup,
+	})
+	d.notify, err = notify.Listen(notify.ServerOptions{
+		Path:   notifyPath,
+		Handle: func(from notify.Sender, m notify.Message) { d.sup.Notify(from.PID, m) },
+	})
+	if err != nil {
+		return err
+	}
+	defer d.notify.Close()
 
 	if opts.Output != nil {
 		d.prefixer = logs.NewPrefixer(cfg.StateDir, opts.Output, opts.Color)
@@ -201,6 +219,7 @@ type daemon struct {
 	log       *slog.Logger
 	sup       *supervisor.Supervisor
 	prefixer  *logs.Prefixer
+	notify    *notify.Server
 	startedAt time.Time
 	cfg       atomic.Pointer[config.Config]
 	reloadMu  sync.Mutex
@@ -218,8 +237,29 @@ func (d *daemon) Status() apitype.Status {
 			RecoveryStage: "live",
 			Config:        cfg.Path,
 			StateDir:      cfg.StateDir,
+			Notify:        d.notifyStats(),
 		},
 		Services: d.sup.Services(),
+	}
+}
+
+func (d *daemon) notifyStats() *apitype.Notify {
+	st := d.notify.Stats()
+	unknown, notMain := d.sup.NotifyDrops()
+	accepted := st.Accepted
+	if accepted >= unknown+notMain { // counters are read a moment apart
+		accepted -= unknown + notMain
+	}
+	return &apitype.Notify{
+		Socket:   filepath.Join(d.cfg.Load().StateDir, "notify.sock"),
+		Received: st.Received,
+		Accepted: accepted,
+		Dropped: map[string]uint64{
+			"truncated": st.DroppedTruncated, "no_credentials": st.DroppedNoCreds,
+			"rate_limited": st.DroppedRateLimited, "oversize": st.DroppedOversize,
+			"empty": st.DroppedEmpty, "invalid": st.DroppedInvalid,
+			"unknown_sender": unknown, "not_main": notMain,
+		},
 	}
 }
 

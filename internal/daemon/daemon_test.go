@@ -22,6 +22,7 @@ import (
 // DAEMON_TEST_STATUS set it asks that socket for the status and prints the
 // error it gets.
 func TestMain(m *testing.M) {
+	helperMain()
 	if sock := os.Getenv("DAEMON_TEST_STATUS"); sock != "" {
 		_, err := (&client.Client{SocketPath: sock}).Status(context.Background())
 		fmt.Println(err)

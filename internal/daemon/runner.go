@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/logs"
+	"github.com/vigil-dev/vigil/internal/probe"
 	"github.com/vigil-dev/vigil/internal/proc"
 	"github.com/vigil-dev/vigil/internal/supervisor"
 )
@@ -20,6 +22,7 @@ type runner struct {
 	reaper   *proc.Reaper
 	rotator  *logs.Rotator
 	stateDir string
+	notify   string // the sd_notify socket every child is told about
 	log      *slog.Logger
 }
 
@@ -43,7 +46,7 @@ func (r *runner) Start(svc *config.Service, onExit func(supervisor.Exit)) (super
 		Service:    svc.Name,
 		Path:       svc.Command[0],
 		Args:       svc.Command,
-		Env:        append(os.Environ(), svc.Env...),
+		Env:        childEnv(os.Environ(), svc, r.notify),
 		Dir:        svc.Dir,
 		Stdout:     out,
 		Stderr:     out,
@@ -58,12 +61,40 @@ func (r *runner) Start(svc *config.Service, onExit func(supervisor.Exit)) (super
 	return instance{p}, nil
 }
 
+// childEnv is the daemon's environment, the sd_notify variables, then the
+// service's own overrides. WATCHDOG_PID is not set: the child's pid is not
+// known before the fork, and sd_watchdog_enabled(3) accepts any pid when
+// it is unset.
+func childEnv(base []string, svc *config.Service, notifySocket string) []string {
+	env := make([]string, 0, len(base)+len(svc.Env)+2)
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); k != "NOTIFY_SOCKET" && k != "WATCHDOG_USEC" && k != "WATCHDOG_PID" && k != "LISTEN_FDS" && k != "LISTEN_PID" {
+			env = append(env, kv)
+		}
+	}
+	if notifySocket != "" {
+		env = append(env, "NOTIFY_SOCKET="+notifySocket)
+	}
+	if svc.Watchdog > 0 {
+		env = append(env, "WATCHDOG_USEC="+strconv.FormatInt(svc.Watchdog.Microseconds(), 10))
+	}
+	return append(env, svc.Env...)
+}
+
 type instance struct{ p *proc.Process }
 
 func (i instance) PID() int                        { return i.p.PID }
 func (i instance) Signal(sig syscall.Signal) error { return i.p.Signal(sig) }
 func (i instance) KillAll() int                    { return i.p.KillAll() }
 func (i instance) Release()                        { i.p.Release() }
+func (i instance) Alive(pid int) bool              { return proc.Running(pid) }
+func (i instance) Owns(pid int) bool               { return i.p.Owns(pid) }
+func (i instance) SignalMain(pid int, sig syscall.Signal) error {
+	if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+		return err
+	}
+	return nil
+}
 
 // credential resolves a service's user and group; empty means our own.
 func credential(userName, groupName string) (*syscall.Credential, error) {
@@ -103,4 +134,18 @@ func credential(userName, groupName string) (*syscall.Credential, error) {
 		return nil, fmt.Errorf("daemon: running as user %q needs root", userName)
 	}
 	return cred, nil
+}
+
+// reaperSpawner runs exec checks through the daemon's reaper, the only
+// component that waits for children (os/exec's Wait would race with it).
+func reaperSpawner(r *proc.Reaper) probe.Spawner {
+	return func(argv []string) (int, func() (syscall.WaitStatus, error), error) {
+		exited := make(chan proc.Exit, 1)
+		p, err := r.Spawn(proc.Spec{Service: ".checks", Path: argv[0], Args: argv, Env: os.Environ()},
+			func(e proc.Exit) { exited <- e })
+		if err != nil {
+			return 0, nil, err
+		}
+		return p.PID, func() (syscall.WaitStatus, error) { return (<-exited).Status, nil }, nil
+	}
 }

@@ -49,7 +49,8 @@ func newCgroupRoot() *cgroupRoot {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil
 	}
-	// A cgroup.kill file means the kernel can kill a whole cgroup (5.14+).
+	// Processes can be cloned straight into a cgroup since Linux 5.7; the
+	// cgroup.kill file (5.14) tells that the kernel is recent enough.
 	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
 		os.Remove(dir)
 		return nil
@@ -139,8 +140,4 @@ func (c *cgroup) procs() ([]int, error) {
 		}
 	}
 	return pids, nil
-}
-
-func (c *cgroup) kill() error {
-	return os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0)
 }

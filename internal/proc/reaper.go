@@ -353,20 +353,52 @@ func (p *Process) Members() []Identity {
 }
 
 // KillAll sends SIGKILL to every process of the instance and reports how
-// many there were.
+// many there were. It signals the pids it finds rather than writing
+// cgroup.kill: on the kernels we run on, a cgroup once killed that way
+// SIGKILLs every later child cloned straight into it (CLONE_INTO_CGROUP),
+// and a service's cgroup lives on to hold its next instance. A few rounds
+// catch a process forked while the first round ran.
 func (p *Process) KillAll() int {
-	pids := p.memberPIDs()
-	if len(pids) == 0 {
-		return 0
+	seen := map[int]bool{}
+	for round := 0; round < 3; round++ {
+		pids := p.memberPIDs()
+		fresh := 0
+		for _, pid := range pids {
+			if !seen[pid] {
+				seen[pid], fresh = true, fresh+1
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if round == 0 {
+			_ = syscall.Kill(-p.PGID, syscall.SIGKILL)
+		}
+		if fresh == 0 {
+			break
+		}
 	}
-	if p.cg != nil && p.cg.kill() == nil {
-		return len(pids)
+	return len(seen)
+}
+
+// Owns reports whether pid is one of the instance's live processes.
+func (p *Process) Owns(pid int) bool {
+	for _, m := range p.memberPIDs() {
+		if m == pid {
+			return true
+		}
 	}
-	_ = syscall.Kill(-p.PGID, syscall.SIGKILL)
-	for _, pid := range pids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	return len(pids)
+	return false
+}
+
+// ProcessGroup returns the process group of pid, read from /proc.
+func ProcessGroup(pid int) (int, bool) {
+	s, err := readStat(pid)
+	return s.pgid, err == nil
+}
+
+// Running reports whether pid exists and is not a zombie.
+func Running(pid int) bool {
+	s, err := readStat(pid)
+	return err == nil && s.state != 'Z' && s.state != 'X'
 }
 
 // Release forgets the instance once its exit is seen and its strays are

@@ -18,7 +18,9 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,6 +58,12 @@ type Instance interface {
 	KillAll() int
 	// Release frees what the runner holds for the instance once it is gone.
 	Release()
+	// SignalMain sends sig to one process of the instance (its main one).
+	SignalMain(pid int, sig syscall.Signal) error
+	// Alive reports whether pid still runs (and is not a zombie).
+	Alive(pid int) bool
+	// Owns reports whether pid is one of the instance's processes.
+	Owns(pid int) bool
 }
 
 // Options configures New. Runner is required; every other zero value works.
@@ -66,6 +74,11 @@ type Options struct {
 	Bus      *event.Bus     // default: a private bus nobody listens to
 	Logger   *slog.Logger   // default slog.Default()
 	Rand     func() float64 // uniform [0,1) for backoff jitter; default math/rand/v2
+	// Check runs readiness and liveness checks; nil passes every check.
+	Check CheckFunc
+	// ProcessGroup resolves a notify sender that is not a main process to
+	// its process group; nil accepts datagrams from main processes only.
+	ProcessGroup func(pid int) (pgid int, ok bool)
 }
 
 // Supervisor runs the event loop. Create it with New, run Run in a
@@ -76,6 +89,14 @@ type Supervisor struct {
 	bus    *event.Bus
 	log    *slog.Logger
 	rand   func() float64
+	check  CheckFunc
+	pgidOf func(int) (int, bool)
+
+	// pids maps the main pid of every live instance to its service, for
+	// the notify server's goroutine; only the loop writes it.
+	pids          sync.Map
+	notifyUnknown atomic.Uint64
+	notifyNotMain atomic.Uint64
 
 	qmu   sync.Mutex
 	queue []func()
@@ -102,6 +123,9 @@ type service struct {
 	lastExit *apitype.Exit
 	recovery Recovery
 
+	ready      bool   // running and ready (READY=1, a passing check, or spawned)
+	statusText string // last STATUS=
+
 	nextRestartAt time.Time
 	restartTimer  clock.Timer
 	restartGen    uint64 // bumped on every schedule and cancel: a stale restart never fires
@@ -119,9 +143,18 @@ type service struct {
 type instance struct {
 	h             Instance
 	pid           int
+	mainPID       int // MAINPID= may name another of its processes
 	startedAt     time.Time
 	stopRequested bool
-	killTimer     clock.Timer
+	failClass     policy.Class // set when vigil ends it as hung or not ready in time
+	leases        []string
+
+	watchdog      time.Duration // 0: no watchdog
+	lastBeat      time.Time
+	probeFailures int
+
+	killTimer, startTimer, checkTimer, wdTimer, probeTimer clock.Timer
+	killDeadline, startDeadline                            time.Time
 }
 
 // New returns a supervisor for services; nothing starts until StartAll or Start.
@@ -132,6 +165,8 @@ func New(opts Options) *Supervisor {
 		bus:      opts.Bus,
 		log:      opts.Logger,
 		rand:     opts.Rand,
+		check:    opts.Check,
+		pgidOf:   opts.ProcessGroup,
 		wake:     make(chan struct{}, 1),
 		services: make(map[string]*service),
 	}
@@ -503,8 +538,7 @@ func (s *Supervisor) spawn(svc *service) {
 		s.armStableTimer(svc, inst)
 	}
 	s.log.Info("started", "service", svc.cfg.Name, "pid", inst.pid)
-	s.move(svc, Running, "")
-	s.finishStarted(svc, nil)
+	s.afterSpawn(svc, inst)
 }
 
 // armStableTimer marks the instance as having recovered once it has stayed
@@ -542,7 +576,9 @@ func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
 		return
 	}
 	svc.inst = nil
-	stopTimer(&inst.killTimer)
+	svc.ready = false
+	s.pids.Delete(inst.pid)
+	inst.endTimers()
 	stopTimer(&svc.stableTimer)
 	if n := inst.h.KillAll(); n > 0 {
 		s.log.Info("killed leftover processes", "service", svc.cfg.Name, "pid", inst.pid, "count", n)
@@ -550,6 +586,9 @@ func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
 	inst.h.Release()
 
 	pe := policy.Classify(e.Status, inst.stopRequested, svc.cfg.SuccessExit)
+	if inst.failClass != "" && !inst.stopRequested {
+		pe.Class = inst.failClass
+	}
 	svc.lastExit = apiExit(pe, e.At)
 	s.log.Info("exited", "service", svc.cfg.Name, "pid", inst.pid, "class", pe.Class)
 
@@ -712,18 +751,13 @@ func (s *Supervisor) signalStop(svc *service) {
 		return
 	}
 	inst.stopRequested = true
+	inst.endTimers()
+	svc.ready = false
 	s.move(svc, Stopping, "")
 	if err := inst.h.Signal(svc.cfg.StopSignal); err != nil {
 		s.log.Warn("stop signal failed", "service", svc.cfg.Name, "pid", inst.pid, "err", err)
 	}
-	inst.killTimer = s.clock.AfterFunc(svc.cfg.StopTimeout, func() {
-		s.post(func() {
-			if svc.inst == inst {
-				n := inst.h.KillAll()
-				s.log.Warn("stop timeout: killed", "service", svc.cfg.Name, "pid", inst.pid, "count", n)
-			}
-		})
-	})
+	s.armKill(svc, inst, svc.cfg.StopTimeout)
 }
 
 // afterExit re-evaluates what waits on a service going away: dependents'
@@ -824,18 +858,25 @@ func (s *Supervisor) project(svc *service, now time.Time) apitype.Service {
 	out := apitype.Service{
 		Name:            svc.cfg.Name,
 		State:           string(svc.state),
-		Ready:           svc.state == Running,
+		Ready:           svc.ready && svc.state == Running,
 		Restarts:        svc.restarts,
 		LastExit:        svc.lastExit,
 		Recovery:        string(svc.recovery),
 		Breaker:         string(svc.tracker.Breaker),
 		CrashesInWindow: svc.tracker.CrashesInWindow(svc.pol, now),
 		Reason:          svc.reason,
+		Status:          svc.statusText,
+		Leases:          []string{},
 	}
-	if svc.inst != nil {
-		out.PID = svc.inst.pid
-		t := svc.inst.startedAt
+	if inst := svc.inst; inst != nil {
+		out.PID = inst.pid
+		t := inst.startedAt
 		out.StartedAt = &t
+		out.Leases = slices.Clone(inst.leases)
+		if inst.watchdog > 0 && svc.state == Running {
+			age := now.Sub(inst.lastBeat).Milliseconds()
+			out.HeartbeatAgeMS = &age
+		}
 	}
 	if !svc.nextRestartAt.IsZero() {
 		t := svc.nextRestartAt

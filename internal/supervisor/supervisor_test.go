@@ -33,6 +33,8 @@ type fakeInst struct {
 	name   string
 	pid    int
 	onExit func(Exit)
+	gone   map[int]bool // pids of the instance that vanished
+	owns   map[int]bool // other pids of the instance
 }
 
 func (r *fakeRunner) Start(svc *config.Service, onExit func(Exit)) (Instance, error) {
@@ -43,7 +45,7 @@ func (r *fakeRunner) Start(svc *config.Service, onExit func(Exit)) (Instance, er
 		return nil, err
 	}
 	r.pid++
-	in := &fakeInst{r: r, name: svc.Name, pid: 100 + r.pid, onExit: onExit}
+	in := &fakeInst{r: r, name: svc.Name, pid: 100 + r.pid, onExit: onExit, gone: map[int]bool{}, owns: map[int]bool{}}
 	r.live[svc.Name] = in
 	r.log = append(r.log, fmt.Sprintf("spawn %s %d", svc.Name, in.pid))
 	return in, nil
@@ -56,6 +58,20 @@ func (f *fakeInst) Signal(sig syscall.Signal) error {
 }
 func (f *fakeInst) KillAll() int { f.r.record(fmt.Sprintf("killall %s %d", f.name, f.pid)); return 0 }
 func (f *fakeInst) Release()     {}
+func (f *fakeInst) SignalMain(pid int, sig syscall.Signal) error {
+	f.r.record(fmt.Sprintf("signal-main %s %d %s", f.name, pid, sig))
+	return nil
+}
+func (f *fakeInst) Alive(pid int) bool {
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	return !f.gone[pid]
+}
+func (f *fakeInst) Owns(pid int) bool {
+	f.r.mu.Lock()
+	defer f.r.mu.Unlock()
+	return pid == f.pid || f.owns[pid]
+}
 
 func (r *fakeRunner) record(s string) {
 	r.mu.Lock()

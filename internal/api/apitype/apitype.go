@@ -23,6 +23,15 @@ type Daemon struct {
 	RecoveryStage string    `json:"recovery_stage"`
 	Config        string    `json:"config"`
 	StateDir      string    `json:"state_dir"`
+	Notify        *Notify   `json:"notify,omitempty"`
+}
+
+// Notify counts what reached the sd_notify socket and what was dropped.
+type Notify struct {
+	Socket   string            `json:"socket"`
+	Received uint64            `json:"received"`
+	Accepted uint64            `json:"accepted"`
+	Dropped  map[string]uint64 `json:"dropped"` // by reason: truncated, no_credentials, rate_limited, oversize, empty, invalid, unknown_sender, not_main
 }
 
 // Service is the projection of one service that every interface shows.
@@ -40,6 +49,7 @@ type Service struct {
 	NextRestartAt   *time.Time `json:"next_restart_at"`
 	HeartbeatAgeMS  *int64     `json:"heartbeat_age_ms"`
 	Status          string     `json:"status"` // last STATUS= text
+	Leases          []string   `json:"leases"` // LEASE= ids the instance holds
 	Reason          string     `json:"reason,omitempty"`
 }
 
