@@ -92,8 +92,8 @@ type Supervisor struct {
 	check  CheckFunc
 	pgidOf func(int) (int, bool)
 
-	// pids maps the main pid of every live instance to its service, for
-	// the notify server's goroutine; only the loop writes it.
+	// pids maps the main pid of every live instance to its *heartbeat,
+	// for the notify server's goroutine; only the loop adds and removes.
 	pids          sync.Map
 	notifyUnknown atomic.Uint64
 	notifyNotMain atomic.Uint64
@@ -150,7 +150,7 @@ type instance struct {
 	leases        []string
 
 	watchdog      time.Duration // 0: no watchdog
-	lastBeat      time.Time
+	hb            *heartbeat    // set at spawn
 	probeFailures int
 
 	killTimer, startTimer, checkTimer, wdTimer, probeTimer clock.Timer
@@ -874,7 +874,7 @@ func (s *Supervisor) project(svc *service, now time.Time) apitype.Service {
 		out.StartedAt = &t
 		out.Leases = slices.Clone(inst.leases)
 		if inst.watchdog > 0 && svc.state == Running {
-			age := now.Sub(inst.lastBeat).Milliseconds()
+			age := now.Sub(inst.hb.at()).Milliseconds()
 			out.HeartbeatAgeMS = &age
 		}
 	}

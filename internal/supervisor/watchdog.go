@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,21 +32,42 @@ type CheckFunc func(ctx context.Context, kind config.ReadyKind, url, address str
 // instance is looked up in an index the loop keeps; any other sender is
 // resolved to its process group (through Options.ProcessGroup), which for
 // a service is its main pid.
+//
+// A plain heartbeat from a main process (the common case, thousands a
+// second with many services) does not wake the loop at all: it stores the
+// time in the instance's heartbeat cell, which the watchdog timer reads.
 func (s *Supervisor) Notify(pid int, m notify.Message) {
-	if name, ok := s.pids.Load(pid); ok {
-		s.post(func() { s.notified(name.(string), pid, pid, m) })
+	if v, ok := s.pids.Load(pid); ok {
+		hb := v.(*heartbeat)
+		if m.Watchdog && len(m.Assignments) == 1 {
+			hb.last.Store(s.clock.Now().UnixNano())
+			return
+		}
+		s.post(func() { s.notified(hb.service, pid, pid, m) })
 		return
 	}
 	if s.pgidOf != nil {
 		if pgid, ok := s.pgidOf(pid); ok {
-			if name, ok := s.pids.Load(pgid); ok {
-				s.post(func() { s.notified(name.(string), pid, pgid, m) })
+			if v, ok := s.pids.Load(pgid); ok {
+				s.post(func() { s.notified(v.(*heartbeat).service, pid, pgid, m) })
 				return
 			}
 		}
 	}
 	s.notifyUnknown.Add(1)
 }
+
+// heartbeat is an instance's last WATCHDOG=1, shared between the notify
+// goroutine (which writes it) and the loop (which reads it when a
+// watchdog deadline comes).
+type heartbeat struct {
+	service string
+	last    atomic.Int64 // unix nanoseconds
+}
+
+func (h *heartbeat) at() time.Time { return time.Unix(0, h.last.Load()) }
+
+func (h *heartbeat) beat(t time.Time) { h.last.Store(t.UnixNano()) }
 
 // NotifyDrops reports datagrams dropped by the supervisor: from a process
 // of no service, and from a process other than the main one of a service
@@ -90,11 +112,11 @@ func (s *Supervisor) notified(name string, pid, pgid int, m notify.Message) {
 	}
 	if m.HasWatchdogUSec {
 		inst.watchdog = m.WatchdogUSec
-		inst.lastBeat = now
+		inst.hb.beat(now)
 		s.armWatchdog(svc, inst)
 	}
 	if m.Watchdog {
-		inst.lastBeat = now
+		inst.hb.beat(now)
 	}
 	if m.HasExtendTimeout {
 		s.extendTimeout(svc, inst, m.ExtendTimeout)
@@ -120,7 +142,9 @@ func (s *Supervisor) notified(name string, pid, pgid int, m notify.Message) {
 // afterSpawn starts the wait for readiness: at once for ready = "started",
 // otherwise with a start timeout and, for http/tcp/exec, a polling check.
 func (s *Supervisor) afterSpawn(svc *service, inst *instance) {
-	s.pids.Store(inst.pid, svc.cfg.Name)
+	inst.hb = &heartbeat{service: svc.cfg.Name}
+	inst.hb.beat(inst.startedAt)
+	s.pids.Store(inst.pid, inst.hb)
 	inst.mainPID = inst.pid
 	inst.watchdog = svc.cfg.Watchdog
 	switch svc.cfg.Ready.Kind {
@@ -200,7 +224,7 @@ func (s *Supervisor) becameReady(svc *service, inst *instance) {
 	stopTimer(&inst.startTimer)
 	stopTimer(&inst.checkTimer)
 	svc.ready = true
-	inst.lastBeat = s.clock.Now()
+	inst.hb.beat(s.clock.Now())
 	s.move(svc, Running, "")
 	s.armWatchdog(svc, inst)
 	if p := svc.cfg.Liveness; p != nil {
@@ -217,13 +241,13 @@ func (s *Supervisor) armWatchdog(svc *service, inst *instance) {
 	if inst.watchdog <= 0 || svc.state != Running {
 		return
 	}
-	wait := inst.lastBeat.Add(2 * inst.watchdog).Sub(s.clock.Now())
+	wait := inst.hb.at().Add(2 * inst.watchdog).Sub(s.clock.Now())
 	inst.wdTimer = s.clock.AfterFunc(wait, func() {
 		s.post(func() {
 			if svc.inst != inst || inst.stopRequested || inst.failClass != "" {
 				return
 			}
-			if s.clock.Now().Sub(inst.lastBeat) < 2*inst.watchdog {
+			if s.clock.Now().Sub(inst.hb.at()) < 2*inst.watchdog {
 				s.armWatchdog(svc, inst) // a heartbeat came: wait for the rest
 				return
 			}
