@@ -299,17 +299,7 @@ func (s *Supervisor) StopAll() {
 // returns once the instance is spawned, or at once when it must wait for a
 // dependency.
 func (s *Supervisor) Start(name string) error {
-	return s.call(func(done func(error)) {
-		svc, err := s.lookup(name)
-		if err != nil {
-			done(err)
-			return
-		}
-		if svc.tracker.Breaker == policy.BreakerOpen {
-			done(apitype.Errorf(apitype.CodeFailedPrecondition,
-				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
-			return
-		}
+	return s.onService(name, true, func(svc *service, done func(error)) {
 		switch svc.state {
 		case Stopped, Exited, Failed:
 			svc.onStarted = append(svc.onStarted, done)
@@ -323,12 +313,7 @@ func (s *Supervisor) Start(name string) error {
 
 // Stop stops a service and returns once its instance has exited.
 func (s *Supervisor) Stop(name string) error {
-	return s.call(func(done func(error)) {
-		svc, err := s.lookup(name)
-		if err != nil {
-			done(err)
-			return
-		}
+	return s.onService(name, false, func(svc *service, done func(error)) {
 		svc.want = false
 		svc.planned = false
 		svc.onStopped = append(svc.onStopped, done)
@@ -339,17 +324,7 @@ func (s *Supervisor) Stop(name string) error {
 // Restart is a planned restart: stop then start, never counted as a crash.
 // It returns once the new instance has been spawned.
 func (s *Supervisor) Restart(name string) error {
-	return s.call(func(done func(error)) {
-		svc, err := s.lookup(name)
-		if err != nil {
-			done(err)
-			return
-		}
-		if svc.tracker.Breaker == policy.BreakerOpen {
-			done(apitype.Errorf(apitype.CodeFailedPrecondition,
-				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
-			return
-		}
+	return s.onService(name, true, func(svc *service, done func(error)) {
 		svc.want = true
 		svc.onStarted = append(svc.onStarted, done)
 		s.restart(svc)
@@ -359,12 +334,7 @@ func (s *Supervisor) Restart(name string) error {
 // Reset closes the crash-loop breaker, clears the crash and restart counts,
 // and starts the service again if the breaker had stopped it.
 func (s *Supervisor) Reset(name string) error {
-	return s.call(func(done func(error)) {
-		svc, err := s.lookup(name)
-		if err != nil {
-			done(err)
-			return
-		}
+	return s.onService(name, false, func(svc *service, done func(error)) {
 		svc.tracker.Reset()
 		svc.restarts = 0
 		switch svc.state {
@@ -461,6 +431,23 @@ func (s *Supervisor) indexDependents() {
 			s.dependents[d] = append(s.dependents[d], name)
 		}
 	}
+}
+
+// onService runs f on the loop for the service called name; an unknown name,
+// or with refuseFailed a service whose breaker is open, is answered at once.
+func (s *Supervisor) onService(name string, refuseFailed bool, f func(svc *service, done func(error))) error {
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		switch {
+		case err != nil:
+			done(err)
+		case refuseFailed && svc.tracker.Breaker == policy.BreakerOpen:
+			done(apitype.Errorf(apitype.CodeFailedPrecondition,
+				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
+		default:
+			f(svc, done)
+		}
+	})
 }
 
 func (s *Supervisor) lookup(name string) (*service, error) {
