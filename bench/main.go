@@ -119,7 +119,12 @@ func startDaemon(bin, dir, toml string, ev *procEvents) (*daemon, error) {
 
 type status struct {
 	Daemon struct {
-		PID int `json:"pid"`
+		PID    int `json:"pid"`
+		Notify struct {
+			Socket   string            `json:"socket"`
+			Accepted uint64            `json:"accepted"`
+			Dropped  map[string]uint64 `json:"dropped"`
+		} `json:"notify"`
 	} `json:"daemon"`
 	Services []struct {
 		Name  string `json:"name"`

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -32,7 +30,7 @@ func notifyScenario(bin, dir string) error {
 	if err != nil {
 		return err
 	}
-	st, err := d.fullStatus()
+	st, err := d.status()
 	if err != nil {
 		return err
 	}
@@ -73,7 +71,7 @@ func notifyScenario(bin, dir string) error {
 	wg.Wait()
 	c1 := cpuNS(d.pid)
 	time.Sleep(200 * time.Millisecond) // let the queue drain
-	st, err = d.fullStatus()
+	st, err = d.status()
 	if err != nil {
 		return err
 	}
@@ -151,27 +149,4 @@ func servicesTOML(n int, extra string) string {
 		fmt.Fprintf(&b, "[services.s%04d]\ncommand = [\"sleep\", \"100000\"]\n%s\n", i, extra)
 	}
 	return b.String()
-}
-
-type fullStatus struct {
-	Daemon struct {
-		PID    int `json:"pid"`
-		Notify struct {
-			Socket   string            `json:"socket"`
-			Accepted uint64            `json:"accepted"`
-			Dropped  map[string]uint64 `json:"dropped"`
-		} `json:"notify"`
-	} `json:"daemon"`
-	Services []struct {
-		PID int `json:"pid"`
-	} `json:"services"`
-}
-
-func (d *daemon) fullStatus() (fullStatus, error) {
-	var st fullStatus
-	out, err := exec.Command(d.bin, "-c", d.config, "status", "--json").Output()
-	if err != nil {
-		return st, fmt.Errorf("vigil status: %w", err)
-	}
-	return st, json.Unmarshal(out, &st)
 }

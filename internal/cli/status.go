@@ -56,7 +56,7 @@ func printStatus(w io.Writer, st apitype.Status, now time.Time) {
 			uptime = human(now.Sub(*s.StartedAt))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.State, pid, uptime, s.Restarts,
-			describeExit(s.LastExit), s.Breaker, note(s, now))
+			s.LastExit.Summary(), s.Breaker, note(s, now))
 	}
 	tw.Flush()
 }
@@ -71,26 +71,6 @@ func note(s apitype.Service, now time.Time) string {
 		return s.Reason
 	}
 	return ""
-}
-
-func describeExit(e *apitype.Exit) string {
-	switch {
-	case e == nil:
-		return "-"
-	case e.Class == "clean" && e.Signal != "":
-		return "clean (" + e.Signal + ")"
-	case e.Class == "clean" || e.Class == "stopped":
-		return e.Class
-	case e.Code != nil:
-		return fmt.Sprintf("%s %d", e.Class, *e.Code)
-	case e.Signal != "":
-		s := e.Class + " " + e.Signal
-		if e.CoreDumped {
-			s += " (core)"
-		}
-		return s
-	}
-	return e.Class
 }
 
 // human prints a duration the way people read uptimes: 3m12s, 2h5m, 4d3h.

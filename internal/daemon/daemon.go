@@ -305,7 +305,7 @@ func (d *daemon) printEvents(sub *event.Subscription) {
 		var msg string
 		switch e.Topic {
 		case event.CrashDetected:
-			msg = fmt.Sprintf("%s crashed: %s", e.Service, describeExit(e.Exit))
+			msg = fmt.Sprintf("%s crashed: %s", e.Service, e.Exit.Summary())
 		case event.BreakerTripped:
 			msg = fmt.Sprintf("%s is failing in a loop: stopped, manual action required (vigil reset %s)", e.Service, e.Service)
 		case event.ServiceState:
@@ -325,24 +325,6 @@ func (d *daemon) printEvents(sub *event.Subscription) {
 		}
 		d.prefixer.Notice(e.Service, msg)
 	}
-}
-
-func describeExit(e *apitype.Exit) string {
-	switch {
-	case e == nil:
-		return "unknown"
-	case e.Error != "":
-		return e.Class + ": " + e.Error
-	case e.Code != nil:
-		return fmt.Sprintf("%s %d", e.Class, *e.Code)
-	case e.Signal != "":
-		s := e.Class + " " + e.Signal
-		if e.CoreDumped {
-			s += " (core dumped)"
-		}
-		return s
-	}
-	return e.Class
 }
 
 // MakeStateDir creates dir with mode 0700 (and its parents) and refuses a

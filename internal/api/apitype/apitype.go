@@ -116,3 +116,26 @@ var (
 func Errorf(code ErrorCode, format string, args ...any) error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+// Summary describes how an instance ended, for people: "exit_code 3",
+// "signal SIGSEGV (core dumped)", "clean (SIGTERM)", "spawn_failed: …".
+func (e *Exit) Summary() string {
+	switch {
+	case e == nil:
+		return "-"
+	case e.Error != "":
+		return e.Class + ": " + e.Error
+	case e.Class == "clean" && e.Signal != "":
+		return "clean (" + e.Signal + ")"
+	case e.Class == "clean" || e.Class == "stopped":
+		return e.Class
+	case e.Code != nil:
+		return fmt.Sprintf("%s %d", e.Class, *e.Code)
+	case e.Signal != "":
+		if e.CoreDumped {
+			return e.Class + " " + e.Signal + " (core dumped)"
+		}
+		return e.Class + " " + e.Signal
+	}
+	return e.Class
+}
