@@ -37,11 +37,11 @@ type Controller interface {
 // the daemon lock, so a socket already there is stale and is replaced; any
 // other kind of file (a symlink above all) is refused. The socket is bound
 // inside the 0700 state dir, so the moment between bind and chmod exposes
-// nothing.
+// nothing. Serve adds the peer-credential check to whatever it is given.
 func Listen(path string) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("api: %s exists and is not a socket (%s): refusing to replace it", path, fi.Mode().Type())
+			return nil, fmt.Errorf("api: %s is %s, not a socket: refusing to replace it", path, fileKind(fi.Mode()))
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("api: removing stale socket: %w", err)
@@ -56,15 +56,29 @@ func Listen(path string) (net.Listener, error) {
 		l.Close()
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	return &peerListener{Listener: l, uid: os.Geteuid()}, nil
+	return l, nil
 }
 
-// peerListener accepts only connections whose peer (SO_PEERCRED) is our own
-// user or root; the 0600 mode already says so, this holds even if the mode
-// is loosened by hand.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeSymlink != 0:
+		return "a symlink"
+	case m.IsDir():
+		return "a directory"
+	case m.IsRegular():
+		return "a regular file"
+	}
+	return "a file of type " + m.Type().String()
+}
+
+// peerListener accepts only unix connections whose peer (SO_PEERCRED) is
+// our own user or root, and closes every other one. The socket's 0600 mode
+// already says so; this holds even if the mode is loosened by hand, and for
+// any listener handed to Serve, not only one made by Listen.
 type peerListener struct {
 	net.Listener
 	uid int
+	log *slog.Logger
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -77,7 +91,7 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		if err == nil && (uid == l.uid || uid == 0) {
 			return c, nil
 		}
-		slog.Warn("api: refused a connection from another user", "uid", uid, "err", err)
+		l.log.Warn("api: refused a connection from another user", "uid", uid, "err", err)
 		c.Close()
 	}
 }
@@ -147,9 +161,10 @@ func NewServer(c Controller, logger *slog.Logger) *Server {
 	return s
 }
 
-// Serve answers on l until Shutdown.
+// Serve answers on l until Shutdown. Connections from a peer that is
+// neither the daemon's user nor root are closed unanswered.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.srv.Serve(l)
+	err := s.srv.Serve(&peerListener{Listener: l, uid: os.Geteuid(), log: s.log})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -179,12 +194,15 @@ func StatusOf(code apitype.ErrorCode) int {
 func reply(w http.ResponseWriter, v any, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	if err != nil {
+		// The class comes from the *apitype.Error inside err; the message
+		// is all of err, so the context added by wrapping reaches the user.
+		code := apitype.CodeInternal
 		var ae *apitype.Error
-		if !errors.As(err, &ae) {
-			ae = &apitype.Error{Code: apitype.CodeInternal, Message: err.Error()}
+		if errors.As(err, &ae) {
+			code = ae.Code
 		}
-		w.WriteHeader(StatusOf(ae.Code))
-		v = ae
+		w.WriteHeader(StatusOf(code))
+		v = &apitype.Error{Code: code, Message: err.Error()}
 	}
 	_ = json.NewEncoder(w).Encode(v)
 }

@@ -77,6 +77,20 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short:         "A crash-recovering process supervisor",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Suggest commands within two edits (cobra's default distance).
+		SuggestionsMinimumDistance: 2,
+		// With Args set, cobra hands an unknown command to the root instead
+		// of failing with a plain error, so it becomes a usage error (exit 2).
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				return usageError{fmt.Errorf(`unknown command %q; did you mean "%s"?`, args[0], strings.Join(s, `" or "`))}
+			}
+			return usageError{fmt.Errorf("unknown command %q; see vigil help", args[0])}
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,7 +47,8 @@ func printStatus(w io.Writer, st apitype.Status, now time.Time) {
 	if st.Daemon.SafeMode {
 		fmt.Fprintln(w, "SAFE MODE: only essential services run (vigil safe-mode exit)")
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tUPTIME\tRESTARTS\tLAST EXIT\tBREAKER\tNOTE")
 	for _, s := range st.Services {
 		pid, uptime := "-", "-"
@@ -59,6 +62,10 @@ func printStatus(w io.Writer, st apitype.Status, now time.Time) {
 			s.LastExit.Summary(), s.Breaker, note(s, now))
 	}
 	tw.Flush()
+	// An empty NOTE still gets its column's padding; drop it.
+	for _, line := range strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n") {
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
 }
 
 func note(s apitype.Service, now time.Time) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -161,10 +162,22 @@ func detachDaemon(g *globals, path string, timeout time.Duration) error {
 	}
 }
 
+// lastLines summarises the end of the daemon's log on one line. The log
+// grows across runs, so only its last 16 KiB are read.
 func lastLines(path string, n int) string {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return "no log at " + path
+	}
+	defer f.Close()
+	const tailBytes = 16 << 10
+	var r io.Reader = f
+	if fi, err := f.Stat(); err == nil && fi.Size() > tailBytes {
+		r = io.NewSectionReader(f, fi.Size()-tailBytes, tailBytes)
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return fmt.Sprintf("reading %s: %v", path, err)
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {

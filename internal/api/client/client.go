@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"sync"
 	"syscall"
 
@@ -26,7 +27,7 @@ type Client struct {
 	hc   *http.Client
 }
 
-func (c *Client) http() *http.Client {
+func (c *Client) httpClient() *http.Client {
 	c.once.Do(func() {
 		c.hc = &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -43,7 +44,7 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.http().Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return c.dialError(err)
 	}
@@ -73,10 +74,30 @@ func (c *Client) dialError(err error) error {
 		return apitype.Errorf(apitype.CodeUnavailable, "daemon is not running (no socket at %s)", c.SocketPath)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return apitype.Errorf(apitype.CodePermissionDenied, "permission denied on %s: the daemon belongs to another user", c.SocketPath)
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF):
-		return apitype.Errorf(apitype.CodePermissionDenied, "the daemon at %s closed the connection (it refuses other users)", c.SocketPath)
+	}
+	// The server closes connections from other users unanswered, which
+	// reaches us in several shapes (EOF, reset, broken pipe, a closed idle
+	// connection). The socket's owner is the daemon's user, so ask it
+	// rather than guess from the shape.
+	if owner, ok := socketOwner(c.SocketPath); ok && owner != os.Geteuid() && os.Geteuid() != 0 {
+		return apitype.Errorf(apitype.CodePermissionDenied, "the daemon at %s refused us: it belongs to another user (uid %d)", c.SocketPath, owner)
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) {
+		return apitype.Errorf(apitype.CodeUnavailable, "the daemon at %s closed the connection before answering", c.SocketPath)
 	}
 	return apitype.Errorf(apitype.CodeUnavailable, "talking to the daemon at %s: %v", c.SocketPath, err)
+}
+
+func socketOwner(path string) (int, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }
 
 // Ping reports whether the daemon answers.
