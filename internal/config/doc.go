@@ -9,7 +9,15 @@
 //   - every duration is non-negative, Backoff.Max >= Backoff.Initial,
 //     Backoff.Multiplier >= 1, 0 <= Backoff.Jitter <= 1, and
 //     CrashLoop.Window > 0 whenever CrashLoop.Crashes > 0;
-//   - Config.Path, Config.Dir, Config.StateDir and every Service.Dir are absolute.
+//   - Config.Path, Config.Dir, Config.StateDir and every Service.Dir are absolute;
+//   - Ready.Kind is one of the ReadyKind constants and names its target
+//     (URL for http, a HOST:PORT Address for tcp, a Command whose program
+//     name is not empty for exec); Ready.Period, Ready.Timeout and
+//     StartTimeout are more than 0; Watchdog is 0 (off) or at least 10ms;
+//     NotifyAccess is "main" or "group";
+//   - Liveness is nil or names exactly one http, tcp or exec target as
+//     Ready does, with Period and Timeout more than 0 and
+//     FailureThreshold at least 1.
 //
 // Decoding is strict: an unknown key, a value of the wrong type or an invalid
 // value is an error, never ignored. Load collects every problem it can find

@@ -2,11 +2,14 @@ package config
 
 import (
 	"errors"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzLoad feeds arbitrary bytes to Load as a vigil.toml or a Procfile. Load
@@ -74,6 +77,7 @@ func checkConfig(t *testing.T, cfg *Config) {
 		if s.StopSignal < 1 || s.StopSignal > maxSignal {
 			t.Errorf("service %s: stop signal %d", s.Name, s.StopSignal)
 		}
+		checkReadiness(t, s)
 	}
 	order := DependencyOrder(cfg.Services)
 	if len(order) != len(cfg.Services) {
@@ -89,4 +93,41 @@ func checkConfig(t *testing.T, cfg *Config) {
 			}
 		}
 	}
+}
+
+// checkReadiness checks the readiness, watchdog and liveness invariants of
+// the package comment.
+func checkReadiness(t *testing.T, s Service) {
+	t.Helper()
+	r := s.Ready
+	if !target(r.Kind, r.URL, r.Address, r.Command) || r.Period <= 0 || r.Timeout <= 0 {
+		t.Errorf("service %s: readiness %+v", s.Name, r)
+	}
+	if s.StartTimeout <= 0 || (s.Watchdog != 0 && s.Watchdog < 10*time.Millisecond) ||
+		(s.NotifyAccess != NotifyMain && s.NotifyAccess != NotifyGroup) {
+		t.Errorf("service %s: start_timeout %v, watchdog %v, notify_access %q", s.Name, s.StartTimeout, s.Watchdog, s.NotifyAccess)
+	}
+	if p := s.Liveness; p != nil {
+		if p.Kind == ReadyStarted || p.Kind == ReadyNotify || !target(p.Kind, p.URL, p.Address, p.Command) ||
+			p.Period <= 0 || p.Timeout <= 0 || p.FailureThreshold < 1 || p.InitialDelay < 0 {
+			t.Errorf("service %s: liveness %+v", s.Name, *p)
+		}
+	}
+}
+
+// target reports whether a check of kind names exactly what it needs.
+func target(kind ReadyKind, url, address string, command []string) bool {
+	switch kind {
+	case ReadyStarted, ReadyNotify:
+		return url == "" && address == "" && command == nil
+	case ReadyHTTP:
+		u, err := neturl.Parse(url)
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Hostname() != "" && address == "" && command == nil
+	case ReadyTCP:
+		host, _, err := net.SplitHostPort(address)
+		return err == nil && host != "" && url == "" && command == nil
+	case ReadyExec:
+		return len(command) > 0 && command[0] != "" && url == "" && address == ""
+	}
+	return false
 }

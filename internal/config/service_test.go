@@ -14,6 +14,8 @@ func TestEqual(t *testing.T) {
 		s.Command = []string{"serve", "-v"}
 		s.Env = []string{"A=1"}
 		s.DependsOn = []string{"db"}
+		s.Ready = Readiness{Kind: ReadyExec, Command: []string{"ping", "-q"}, Period: time.Second, Timeout: time.Second}
+		s.Liveness = &Probe{Kind: ReadyHTTP, URL: "http://a/", Period: time.Second, Timeout: time.Second, FailureThreshold: 3}
 		return s
 	}
 	if !base().Equal(base()) {
@@ -43,11 +45,19 @@ func TestEqual(t *testing.T) {
 		"Backoff":    func(s *Service) { s.Backoff.Jitter = 0.5 },
 		"CrashLoop":  func(s *Service) { s.CrashLoop.Cooldown = time.Minute },
 		"Ready":      func(s *Service) { s.Ready.Kind = ReadyNotify },
-		"ReadyCmd":   func(s *Service) { s.Ready.Command = []string{"x"} },
+		"ReadyCmd":   func(s *Service) { s.Ready.Command = []string{"ping"} },
+		"ReadyURL":   func(s *Service) { s.Ready.URL = "http://b/" },
+		"ReadyAddr":  func(s *Service) { s.Ready.Address = "b:1" },
+		"ReadyEvery": func(s *Service) { s.Ready.Period = time.Minute },
+		"ReadyTO":    func(s *Service) { s.Ready.Timeout = time.Minute },
 		"StartTO":    func(s *Service) { s.StartTimeout = time.Second },
 		"Watchdog":   func(s *Service) { s.Watchdog = time.Second },
 		"Access":     func(s *Service) { s.NotifyAccess = NotifyMain },
 		"Liveness":   func(s *Service) { s.Liveness = &Probe{Kind: ReadyTCP} },
+		"No probe":   func(s *Service) { s.Liveness = nil },
+		"ProbeURL":   func(s *Service) { s.Liveness.URL = "http://b/" },
+		"Threshold":  func(s *Service) { s.Liveness.FailureThreshold = 1 },
+		"Delay":      func(s *Service) { s.Liveness.InitialDelay = time.Second },
 	}
 	for field, change := range changes {
 		s := base()
@@ -56,7 +66,12 @@ func TestEqual(t *testing.T) {
 			t.Errorf("a change to %s is not noticed by Equal", field)
 		}
 	}
-	// Every field of Service is covered above (Command..Liveness).
+	// Liveness is a pointer: two separately loaded probes that say the same
+	// are Equal, or every reload would restart every probed service.
+	if a, b := base(), base(); a.Liveness == b.Liveness || !a.Equal(b) {
+		t.Error("equal liveness probes at different addresses are not Equal")
+	}
+	// Every field of Service is covered above (Name..Liveness).
 	if n := reflect.TypeFor[Service]().NumField(); n != 21 {
 		t.Errorf("Service has %d fields; add the new ones to this test", n)
 	}
