@@ -150,20 +150,26 @@ func (d *daemon) down() error {
 	return nil
 }
 
+// next returns the next process event, remembering every process the
+// daemon forks as one of its children.
+func (d *daemon) next() (procEvent, error) {
+	e, err := d.ev.next()
+	if err == nil && e.What == procEventFork && e.Parent == d.pid {
+		d.children[e.PID] = true
+	}
+	return e, err
+}
+
 // nextExecOfChild waits for the next exec after the instant after by a
 // process the daemon forked, returning its pid and the kernel's timestamp.
 // Events from before after (still queued on the socket) are skipped.
 func (d *daemon) nextExecOfChild(after uint64, deadline time.Time) (int, uint64, error) {
 	for time.Now().Before(deadline) {
-		e, err := d.ev.next()
+		e, err := d.next()
 		if err != nil {
 			return 0, 0, err
 		}
 		switch e.What {
-		case procEventFork:
-			if e.Parent == d.pid {
-				d.children[e.PID] = true
-			}
 		case procEventExec:
 			if d.children[e.PID] && e.TS > after {
 				return e.PID, e.TS, nil
@@ -213,15 +219,11 @@ crashes = 0
 	var lastExit uint64
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(lat) < *samples && time.Now().Before(deadline) {
-		e, err := ev.next()
+		e, err := d.next()
 		if err != nil {
 			return err
 		}
 		switch e.What {
-		case procEventFork:
-			if e.Parent == d.pid {
-				d.children[e.PID] = true
-			}
 		case procEventExit:
 			if d.children[e.PID] {
 				lastExit = e.TS

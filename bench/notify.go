@@ -114,15 +114,11 @@ func notifyScenario(bin, dir string) error {
 	var late []time.Duration
 	end := time.Now().Add(30 * time.Second)
 	for len(late) < *services && time.Now().Before(end) {
-		e, err := ev.next()
+		e, err := d.next()
 		if err != nil {
 			return err
 		}
 		switch e.What {
-		case procEventFork:
-			if e.Parent == d.pid {
-				d.children[e.PID] = true
-			}
 		case procEventExec:
 			if d.children[e.PID] {
 				execAt[e.PID] = e.TS

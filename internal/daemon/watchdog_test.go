@@ -81,12 +81,22 @@ func selfCommand(t *testing.T) string {
 	return fmt.Sprintf("%q", exe)
 }
 
-func TestGoSystemdAndSystemdNotifyClientsKeepTheWatchdog(t *testing.T) {
-	t.Parallel()
-	notifyBin, err := exec.LookPath("systemd-notify")
+// needSystemdNotify returns the path of systemd-notify, a real sd_notify
+// client nobody here wrote, or skips the test where it cannot exist.
+func needSystemdNotify(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("systemd-notify")
 	if err != nil {
 		t.Skip("systemd-notify not installed: apt-get install systemd")
 	}
+	return path
+}
+
+func ready(s apitype.Service) bool { return s.Ready }
+
+func TestGoSystemdAndSystemdNotifyClientsKeepTheWatchdog(t *testing.T) {
+	t.Parallel()
+	notifyBin := needSystemdNotify(t)
 	p := startProject(t, fmt.Sprintf(`
 [services.gosd]
 command = [%s]
@@ -100,7 +110,7 @@ ready = "notify"
 watchdog = "1s"
 `, selfCommand(t), notifyBin, notifyBin))
 	for _, name := range []string{"gosd", "shell"} {
-		s := p.waitFor(name, 10*time.Second, "ready", func(s apitype.Service) bool { return s.Ready })
+		s := p.waitFor(name, 10*time.Second, "ready", ready)
 		if s.HeartbeatAgeMS == nil {
 			t.Fatalf("%s: no heartbeat_age_ms", name)
 		}
@@ -136,7 +146,7 @@ stop_timeout = "300ms"
 [services.hang.backoff]
 initial = "0s"
 `, selfCommand(t)))
-	s := p.waitFor("hang", 10*time.Second, "ready", func(s apitype.Service) bool { return s.Ready })
+	s := p.waitFor("hang", 10*time.Second, "ready", ready)
 	first, readyAt := s.PID, time.Now()
 	s = p.waitFor("hang", 10*time.Second, "restarted", func(s apitype.Service) bool { return s.PID != first && s.PID != 0 })
 	took := time.Since(readyAt)
