@@ -27,7 +27,9 @@ func open(t testing.TB, opts Options) *Journal {
 	return j
 }
 
-func payload(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", i%37))) }
+func payload(i int) []byte {
+	return []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", i%37)))
+}
 
 func all(t testing.TB, fsys fsutil.FS, dir string) ([]Record, []Problem) {
 	t.Helper()

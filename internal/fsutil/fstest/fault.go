@@ -134,7 +134,7 @@ func (f *Faulty) Remove(name string) error {
 	return f.FS.Remove(name)
 }
 
-func (f *Faulty) MkdirAll(name string) error            { return f.FS.MkdirAll(name) }
+func (f *Faulty) MkdirAll(name string) error           { return f.FS.MkdirAll(name) }
 func (f *Faulty) ReadDir(dir string) ([]string, error) { return f.FS.ReadDir(dir) }
 
 func (f *Faulty) SyncDir(dir string) error {
