@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -31,6 +32,10 @@ type Controller interface {
 	Reset(name string) error   // close the breaker and start again
 	Reload() (apitype.ReloadResult, error)
 	Shutdown() // begin a graceful shutdown of the daemon; returns at once
+	// Checkpoint writes a checkpoint now.
+	Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
+	// SetState stores a service's own state blob (JSON) for the checkpoint.
+	SetState(name string, state []byte) error
 }
 
 // Listen creates the control socket at path with mode 0600. The caller holds
@@ -118,6 +123,10 @@ func peerUID(c net.Conn) (int, error) {
 	return int(cred.Uid), nil
 }
 
+// maxStateBody bounds a service state upload; the supervisor's own limit
+// is lower and gives the clear error.
+const maxStateBody = 1 << 20
+
 // Server answers the API.
 type Server struct {
 	c   Controller
@@ -149,6 +158,18 @@ func NewServer(c Controller, logger *slog.Logger) *Server {
 	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, r *http.Request) {
 		res, err := c.Reload()
 		reply(w, res, err)
+	})
+	mux.HandleFunc("POST /v1/checkpoint", func(w http.ResponseWriter, r *http.Request) {
+		info, err := c.Checkpoint(r.Context())
+		reply(w, info, err)
+	})
+	mux.HandleFunc("PUT /v1/services/{name}/state", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStateBody))
+		if err != nil {
+			reply(w, nil, apitype.Errorf(apitype.CodeInvalidArgument, "state body: %v", err))
+			return
+		}
+		reply(w, map[string]string{"service": r.PathValue("name")}, c.SetState(r.PathValue("name"), body))
 	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		c.Shutdown()

@@ -96,6 +96,14 @@ func (f *fake) Reload() (apitype.ReloadResult, error) {
 	return apitype.ReloadResult{Added: []string{"db"}, Changed: []string{"web"}}, nil
 }
 func (f *fake) Shutdown() { f.record("shutdown"); close(f.shutdown) }
+func (f *fake) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
+	f.record("checkpoint")
+	return apitype.CheckpointInfo{Generation: 7, Size: 123}, nil
+}
+func (f *fake) SetState(name string, state []byte) error {
+	f.record("state " + name + " " + string(state))
+	return f.verb("state", name)
+}
 
 // logRecorder is a slog.Handler that keeps every message with its attributes.
 type logRecorder struct {
@@ -182,11 +190,21 @@ func TestEveryRoute(t *testing.T) {
 	if err != nil || fmt.Sprint(res.Added, res.Changed) != "[db] [web]" {
 		t.Fatalf("reload %+v, %v", res, err)
 	}
+	if info, err := c.Checkpoint(ctx); err != nil || info.Generation != 7 {
+		t.Fatalf("checkpoint %+v, %v", info, err)
+	}
+	if err := c.SetState(ctx, "web", []byte(`{"cursor":12}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetState(ctx, "invalid_argument", []byte(`x`)); !errors.Is(err, apitype.ErrInvalidArgument) {
+		t.Fatalf("set state error: %v", err)
+	}
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-f.shutdown
-	want := "status start web stop web restart web reset web reload shutdown"
+	want := `status start web stop web restart web reset web reload checkpoint state web {"cursor":12} state web ` +
+		`state invalid_argument x state invalid_argument shutdown`
 	if got := strings.Join(f.Calls(), " "); got != want {
 		t.Fatalf("controller saw %q, want %q", got, want)
 	}

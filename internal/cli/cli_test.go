@@ -157,6 +157,12 @@ func (f *fakeDaemon) Reload() (apitype.ReloadResult, error) {
 	return apitype.ReloadResult{Added: []string{"db", "cache"}, Changed: []string{"web"}, Unchanged: []string{"a", "b"}}, f.record("reload")
 }
 func (f *fakeDaemon) Shutdown() {}
+func (f *fakeDaemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
+	return apitype.CheckpointInfo{Path: "/s/checkpoint.json", Generation: 4, Size: 812, DurationMS: 1.5}, f.record("checkpoint")
+}
+func (f *fakeDaemon) SetState(name string, state []byte) error {
+	return f.record("state " + name + " " + string(state))
+}
 
 // TestCommandsAgainstAnAPIServer runs the client commands against the real
 // API server on a real socket, backed by a fake controller.
@@ -199,6 +205,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 		{[]string{"reset", "web"}, 0, "vigil: web: reset\n", ""},
 		{[]string{"start", "nope"}, 1, "", "vigil: unknown service \"nope\"\n"},
 		{[]string{"reload"}, 0, "vigil: reloaded: added db cache, removed none, changed web, unchanged 2\n", ""},
+		{[]string{"checkpoint", "now"}, 0, "vigil: checkpoint written: /s/checkpoint.json, generation 4, 812 bytes in 1.50ms\n", ""},
 	} {
 		exit, stdout, stderr := run(append([]string{"--state-dir", dir}, tc.args...)...)
 		if exit != tc.exit || stdout != tc.stdout || stderr != tc.stderr {
@@ -208,7 +215,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload" {
+	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint" {
 		t.Errorf("the daemon was asked: %s", got)
 	}
 }

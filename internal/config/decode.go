@@ -34,6 +34,9 @@ func defaultConfig(path, dir string) *Config {
 		Dir:      dir,
 		StateDir: filepath.Join(dir, defaultStateDir),
 		Logs:     LogLimits{MaxSize: defaultMaxLogSize, MaxFiles: defaultMaxLogFiles},
+
+		Journal:    defaultJournal,
+		Checkpoint: defaultCheckpoint,
 	}
 }
 
@@ -58,7 +61,7 @@ func defaultService(name, dir string) Service {
 
 // The keys each table accepts, for suggestions when a key is unknown.
 var (
-	topKeys       = []string{"state_dir", "logs", "services"}
+	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "services"}
 	logsKeys      = []string{"max_size", "max_files"}
 	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness"}
 	backoffKeys   = []string{"initial", "max", "multiplier", "jitter", "reset_after"}
@@ -93,6 +96,10 @@ func decodeTOML(root *value, path, dir string, pr *problems) *Config {
 			}
 		case "logs":
 			cfg.Logs = d.logs(f, fp)
+		case "journal":
+			cfg.Journal = d.journal(f, fp)
+		case "checkpoint":
+			cfg.Checkpoint = d.checkpoint(f, fp)
 		case "services":
 			services = f
 			cfg.Services = d.services(f, fp)

@@ -191,6 +191,11 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`1:17: logs.max_size: invalid size "MiB": want a whole number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), such as "10MiB"`}},
 		{"size too large", "logs.max_size = \"99999999999TiB\"\n" + web,
 			[]string{`1:17: logs.max_size: invalid size "99999999999TiB": too large`}},
+		{"journal limits", "journal.crash_output_bytes = \"1MiB\"\njournal.segment_size = 100\njournal.max_age = \"0s\"\njornal.x = 1\n" + web,
+			[]string{`1:30: journal.crash_output_bytes: at most 64KiB`, `2:24: journal.segment_size: must be at least 64KiB`,
+				`3:19: journal.max_age: must be more than 0`, `4:1: unknown key "jornal" at the top level; did you mean "journal"?`}},
+		{"checkpoint keys", "[checkpoint]\ninterval = 5\nactivty = 3\n" + web,
+			[]string{`2:12: checkpoint.interval: expected a duration string such as "10s", got integer 5`, `3:1: unknown key "activty" in [checkpoint]; did you mean "activity"?`}},
 		{"zero size", "logs.max_size = 0\n" + web,
 			[]string{`1:17: logs.max_size: must be more than 0 bytes, got 0`}},
 		{"negative max_files", "logs.max_files = -1\n" + web,
@@ -361,10 +366,12 @@ func TestDefaults(t *testing.T) {
 	}
 	dir := filepath.Dir(path)
 	want := &Config{
-		Path:     path,
-		Dir:      dir,
-		StateDir: filepath.Join(dir, ".vigil"),
-		Logs:     LogLimits{MaxSize: 10 << 20, MaxFiles: 3},
+		Path:       path,
+		Dir:        dir,
+		StateDir:   filepath.Join(dir, ".vigil"),
+		Logs:       LogLimits{MaxSize: 10 << 20, MaxFiles: 3},
+		Journal:    Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10},
+		Checkpoint: Checkpoint{Interval: time.Minute, Activity: 50, MaxAge: 24 * time.Hour, WarnSize: 50 << 20},
 		Services: []Service{{
 			Name:        "web",
 			Command:     []string{"/bin/sh", "-c", "serve"},
@@ -395,6 +402,19 @@ state_dir = "run/state"
 [logs]
 max_size = "512KiB"
 max_files = 0
+
+[journal]
+segment_size = "1MiB"
+max_size = "64MiB"
+max_age = "168h"
+crash_output_lines = 50
+crash_output_bytes = "16KiB"
+
+[checkpoint]
+interval = "30s"
+activity = 10
+max_age = "12h"
+warn_size = "1MiB"
 
 [services.db]
 command = ["postgres", "-D", "data dir"]
@@ -458,10 +478,12 @@ watchdog = "0s"
 	}
 	dir := filepath.Dir(path)
 	want := &Config{
-		Path:     path,
-		Dir:      dir,
-		StateDir: filepath.Join(dir, "run", "state"),
-		Logs:     LogLimits{MaxSize: 512 << 10, MaxFiles: 0},
+		Path:       path,
+		Dir:        dir,
+		StateDir:   filepath.Join(dir, "run", "state"),
+		Logs:       LogLimits{MaxSize: 512 << 10, MaxFiles: 0},
+		Journal:    Journal{SegmentSize: 1 << 20, MaxSize: 64 << 20, MaxAge: 168 * time.Hour, CrashOutputLines: 50, CrashOutputBytes: 16 << 10},
+		Checkpoint: Checkpoint{Interval: 30 * time.Second, Activity: 10, MaxAge: 12 * time.Hour, WarnSize: 1 << 20},
 		Services: []Service{{
 			Name:        "db",
 			Command:     []string{"postgres", "-D", "data dir"},

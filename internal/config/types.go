@@ -15,6 +15,9 @@ type Config struct {
 	StateDir string
 	// Logs holds the rotation limits for every service's log file.
 	Logs LogLimits
+	// Journal and Checkpoint configure vigil's durable memory.
+	Journal    Journal
+	Checkpoint Checkpoint
 	// Services in the order they appear in the file.
 	Services []Service
 }

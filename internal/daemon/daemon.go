@@ -27,6 +27,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/fsutil"
 	"github.com/vigil-dev/vigil/internal/logs"
 	"github.com/vigil-dev/vigil/internal/notify"
 	"github.com/vigil-dev/vigil/internal/probe"
@@ -58,6 +59,9 @@ type Options struct {
 	// reaping children it did not start. For tests that run the daemon
 	// inside a process that waits for children of its own.
 	NoSubreaper bool
+	// FS is where the journal and checkpoints live; nil means the real
+	// file system. Tests inject faults through it.
+	FS fsutil.FS
 }
 
 // ErrAlreadyRunning is wrapped by Run's error when another daemon holds the
@@ -132,6 +136,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	d.cfg.Store(cfg)
 	bus := &event.Bus{}
+	d.mem, err = openMemory(cfg, opts.FS, bus, log)
+	if err != nil {
+		return err
+	}
+	defer d.mem.close()
 	notifyPath := filepath.Join(cfg.StateDir, "notify.sock")
 	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, notify: notifyPath, log: log}
 	d.sup = supervisor.New(supervisor.Options{
@@ -141,6 +150,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Logger:       log,
 		Check:        probe.Checker{Spawn: reaperSpawner(reaper)}.Check,
 		ProcessGroup: proc.ProcessGroup,
+		Durable:      d.mem.journal.Barrier,
+		CrashOutput:  d.mem.crashOutput,
 	})
 	d.notify, err = notify.Listen(notify.ServerOptions{
 		Path:   notifyPath,
@@ -187,7 +198,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 		_ = srv.Shutdown(sctx)
 	}()
 
+	d.restoreBlobs()
 	d.sup.StartAll()
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	defer stopSched()
+	d.mem.startScheduler(schedCtx, cfg.Checkpoint, d.sup)
 	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
 	readied = true
 	ready(nil)
@@ -209,6 +224,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	log.Info("stopping every service")
 	d.sup.StopAll()
+	d.mem.close() // the final checkpoint needs the loop, which stops on return
 	log.Info("daemon stopped")
 	return nil
 }
@@ -220,6 +236,7 @@ type daemon struct {
 	sup       *supervisor.Supervisor
 	prefixer  *logs.Prefixer
 	notify    *notify.Server
+	mem       *memory
 	startedAt time.Time
 	cfg       atomic.Pointer[config.Config]
 	reloadMu  sync.Mutex
@@ -238,6 +255,8 @@ func (d *daemon) Status() apitype.Status {
 			Config:        cfg.Path,
 			StateDir:      cfg.StateDir,
 			Notify:        d.notifyStats(),
+			Journal:       d.mem.journalStatus(),
+			Checkpoint:    d.mem.info(),
 		},
 		Services: d.sup.Services(),
 	}
@@ -298,6 +317,27 @@ func (d *daemon) Reload() (apitype.ReloadResult, error) {
 
 func (d *daemon) Shutdown() { d.downOnce.Do(func() { close(d.done) }) }
 
+func (d *daemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
+	return d.mem.checkpointNow(ctx)
+}
+
+func (d *daemon) SetState(name string, state []byte) error { return d.sup.SetBlob(name, state) }
+
+// restoreBlobs gives each service back the state it kept in the previous
+// checkpoint.
+func (d *daemon) restoreBlobs() {
+	if d.mem.previous == nil {
+		return
+	}
+	for _, s := range d.mem.previous.State.Services {
+		if len(s.Blob) > 0 {
+			if err := d.sup.SetBlob(s.Name, s.Blob); err != nil {
+				d.log.Warn("checkpointed state not restored", "service", s.Name, "err", err)
+			}
+		}
+	}
+}
+
 // printEvents writes vigil's own notices into the foreground output, in the
 // same "name | line" shape as the services' output.
 func (d *daemon) printEvents(sub *event.Subscription) {
@@ -308,6 +348,12 @@ func (d *daemon) printEvents(sub *event.Subscription) {
 			msg = fmt.Sprintf("%s crashed: %s", e.Service, e.Exit.Summary())
 		case event.BreakerTripped:
 			msg = fmt.Sprintf("%s is failing in a loop: stopped, manual action required (vigil reset %s)", e.Service, e.Service)
+		case event.CheckpointFailed:
+			msg = "checkpoint failed: " + e.Message
+		case event.JournalFailed:
+			msg = "journal write failed: " + e.Message
+		case event.JournalRepaired:
+			msg = "journal repaired: " + e.Message
 		case event.ServiceState:
 			switch e.State {
 			case "running":

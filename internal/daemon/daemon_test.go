@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ type project struct {
 	dir    string
 	config string
 	c      *client.Client
+	stop   func() // stops the daemon and waits for it; idempotent
 }
 
 // startProject writes toml as the project's vigil.toml and runs a daemon on
@@ -47,31 +49,42 @@ type project struct {
 // test binary waits for children of its own.
 func startProject(t *testing.T, toml string) *project {
 	t.Helper()
-	dir := t.TempDir()
+	return startProjectIn(t, t.TempDir(), toml, nil)
+}
+
+// startProjectIn is startProject in dir (which may hold a previous
+// daemon's state), with opt changing the daemon's options.
+func startProjectIn(t *testing.T, dir, toml string, opt func(*daemon.Options)) *project {
+	t.Helper()
 	p := &project{t: t, dir: dir, config: filepath.Join(dir, "vigil.toml")}
 	p.write(toml)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan error, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{ConfigPath: p.config, NoSubreaper: true,
-			Ready: func(err error) { ready <- err }})
-	}()
+	opts := daemon.Options{ConfigPath: p.config, NoSubreaper: true, Ready: func(err error) { ready <- err }}
+	if opt != nil {
+		opt(&opts)
+	}
+	go func() { done <- daemon.Run(ctx, opts) }()
 	if err := <-ready; err != nil {
 		cancel()
 		t.Fatalf("daemon did not start: %v", err)
 	}
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("daemon.Run: %v", err)
+	var once sync.Once
+	p.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("daemon.Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("daemon did not stop within 30s")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("daemon did not stop within 30s")
-		}
-	})
+		})
+	}
+	t.Cleanup(p.stop)
 	p.c = &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
 	return p
 }

@@ -89,6 +89,8 @@ func (i instance) KillAll() int                    { return i.p.KillAll() }
 func (i instance) Release()                        { i.p.Release() }
 func (i instance) Alive(pid int) bool              { return proc.Running(pid) }
 func (i instance) Owns(pid int) bool               { return i.p.Owns(pid) }
+func (i instance) StartTime() uint64               { return i.p.StartTime }
+func (i instance) PGID() int                       { return i.p.PGID }
 func (i instance) SignalMain(pid int, sig syscall.Signal) error {
 	if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
 		return err

@@ -22,20 +22,34 @@ const (
 	ServiceState   Topic = "service.state"
 	CrashDetected  Topic = "crash.detected"
 	BreakerTripped Topic = "breaker.tripped"
+	// OperatorCommand: start, stop, restart, reset or reload was asked for.
+	OperatorCommand Topic = "operator.command"
+	// CheckpointWritten and CheckpointFailed: a checkpoint write's outcome.
+	CheckpointWritten Topic = "checkpoint.written"
+	CheckpointFailed  Topic = "checkpoint.failed"
+	// JournalRepaired: damage found in the journal at start and repaired.
+	JournalRepaired Topic = "journal.repaired"
+	// JournalFailed: a journal write failed; supervision goes on.
+	JournalFailed Topic = "journal.failed"
+	// DaemonStarted and DaemonStopped bracket a daemon's life; a stop is
+	// only published for a clean shutdown.
+	DaemonStarted Topic = "daemon.started"
+	DaemonStopped Topic = "daemon.stopped"
 )
 
 // Event is one thing that happened.
 type Event struct {
-	Seq     uint64        `json:"seq"`
-	Time    time.Time     `json:"time"`
-	Topic   Topic         `json:"topic"`
-	Service string        `json:"service,omitempty"`
-	State   string        `json:"state,omitempty"`
-	From    string        `json:"from,omitempty"`
-	PID     int           `json:"pid,omitempty"`
-	Exit    *apitype.Exit `json:"exit,omitempty"`
-	Reason  string        `json:"reason,omitempty"`
-	Message string        `json:"message,omitempty"`
+	Seq     uint64         `json:"seq"`
+	Time    time.Time      `json:"time"`
+	Topic   Topic          `json:"topic"`
+	Service string         `json:"service,omitempty"`
+	State   string         `json:"state,omitempty"`
+	From    string         `json:"from,omitempty"`
+	PID     int            `json:"pid,omitempty"`
+	Exit    *apitype.Exit  `json:"exit,omitempty"`
+	Reason  string         `json:"reason,omitempty"`
+	Message string         `json:"message,omitempty"`
+	Crash   *apitype.Crash `json:"crash,omitempty"` // crash.detected: the full record
 }
 
 // Bus fans events out to subscribers. Its zero value is ready to use.
@@ -43,6 +57,16 @@ type Bus struct {
 	mu   sync.Mutex
 	seq  uint64
 	subs map[*Subscription]struct{}
+	sink func(Event)
+}
+
+// SetSink makes Publish hand every event to sink, in sequence order,
+// before any subscriber sees it: the daemon's journal. sink must not
+// block or publish.
+func (b *Bus) SetSink(sink func(Event)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.sink = sink
 }
 
 // Subscription receives events on C until Close.
@@ -86,6 +110,9 @@ func (b *Bus) Publish(e Event) {
 	defer b.mu.Unlock()
 	b.seq++
 	e.Seq = b.seq
+	if b.sink != nil {
+		b.sink(e)
+	}
 	for s := range b.subs {
 		select {
 		case s.c <- e:

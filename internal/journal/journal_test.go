@@ -516,7 +516,7 @@ func powerLoss(t *testing.T, skipDirSync bool, seeds int) (int, error) {
 
 func TestPowerLoss(t *testing.T) {
 	t.Parallel()
-	states, err := powerLoss(t, false, 12)
+	states, err := powerLoss(t, false, 30) // enough seeds per operation for 1000+ states however the appends batch
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ package supervisor
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/checkpoint"
 	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
@@ -64,6 +66,11 @@ type Instance interface {
 	Alive(pid int) bool
 	// Owns reports whether pid is one of the instance's processes.
 	Owns(pid int) bool
+	// StartTime is the main process's start time (/proc/PID/stat field
+	// 22): with the pid, its identity. 0 when unknown.
+	StartTime() uint64
+	// PGID is the instance's process group.
+	PGID() int
 }
 
 // Options configures New. Runner is required; every other zero value works.
@@ -79,6 +86,13 @@ type Options struct {
 	// ProcessGroup resolves a notify sender that is not a main process to
 	// its process group; nil accepts datagrams from main processes only.
 	ProcessGroup func(pid int) (pgid int, ok bool)
+	// Durable calls done, from any goroutine, once everything published on
+	// Bus so far is on disk (the journal's barrier). A crash's restart and
+	// the answer to an operator command wait for it. Nil: nothing waits.
+	Durable func(done func(error))
+	// CrashOutput returns the last lines a service wrote, for its crash
+	// record; nil records none.
+	CrashOutput func(service string) []string
 }
 
 // Supervisor runs the event loop. Create it with New, run Run in a
@@ -91,6 +105,9 @@ type Supervisor struct {
 	rand   func() float64
 	check  CheckFunc
 	pgidOf func(int) (int, bool)
+	// durable and crashOutput: see Options.
+	durable     func(done func(error))
+	crashOutput func(string) []string
 
 	// pids maps the main pid of every live instance to its *heartbeat,
 	// for the notify server's goroutine; only the loop adds and removes.
@@ -138,6 +155,12 @@ type service struct {
 
 	onStopped []func(error)
 	onStarted []func(error)
+
+	// unjournaled counts crash records not yet durable; a restart that
+	// comes due before they are waits in deferredRestart.
+	unjournaled     int
+	deferredRestart func()
+	blob            []byte // the service's own state, for the checkpoint
 }
 
 type instance struct {
@@ -160,15 +183,18 @@ type instance struct {
 // New returns a supervisor for services; nothing starts until StartAll or Start.
 func New(opts Options) *Supervisor {
 	s := &Supervisor{
-		runner:   opts.Runner,
-		clock:    opts.Clock,
-		bus:      opts.Bus,
-		log:      opts.Logger,
-		rand:     opts.Rand,
-		check:    opts.Check,
-		pgidOf:   opts.ProcessGroup,
-		wake:     make(chan struct{}, 1),
-		services: make(map[string]*service),
+		runner:  opts.Runner,
+		clock:   opts.Clock,
+		bus:     opts.Bus,
+		log:     opts.Logger,
+		rand:    opts.Rand,
+		check:   opts.Check,
+		pgidOf:  opts.ProcessGroup,
+		durable: opts.Durable,
+
+		crashOutput: opts.CrashOutput,
+		wake:        make(chan struct{}, 1),
+		services:    make(map[string]*service),
 	}
 	if s.clock == nil {
 		s.clock = clock.Real{}
@@ -299,7 +325,7 @@ func (s *Supervisor) StopAll() {
 // returns once the instance is spawned, or at once when it must wait for a
 // dependency.
 func (s *Supervisor) Start(name string) error {
-	return s.onService(name, true, func(svc *service, done func(error)) {
+	return s.onService(name, "start", true, func(svc *service, done func(error)) {
 		switch svc.state {
 		case Stopped, Exited, Failed:
 			svc.onStarted = append(svc.onStarted, done)
@@ -313,7 +339,7 @@ func (s *Supervisor) Start(name string) error {
 
 // Stop stops a service and returns once its instance has exited.
 func (s *Supervisor) Stop(name string) error {
-	return s.onService(name, false, func(svc *service, done func(error)) {
+	return s.onService(name, "stop", false, func(svc *service, done func(error)) {
 		svc.want = false
 		svc.planned = false
 		svc.onStopped = append(svc.onStopped, done)
@@ -324,7 +350,7 @@ func (s *Supervisor) Stop(name string) error {
 // Restart is a planned restart: stop then start, never counted as a crash.
 // It returns once the new instance has been spawned.
 func (s *Supervisor) Restart(name string) error {
-	return s.onService(name, true, func(svc *service, done func(error)) {
+	return s.onService(name, "restart", true, func(svc *service, done func(error)) {
 		svc.want = true
 		svc.onStarted = append(svc.onStarted, done)
 		s.restart(svc)
@@ -334,7 +360,7 @@ func (s *Supervisor) Restart(name string) error {
 // Reset closes the crash-loop breaker, clears the crash and restart counts,
 // and starts the service again if the breaker had stopped it.
 func (s *Supervisor) Reset(name string) error {
-	return s.onService(name, false, func(svc *service, done func(error)) {
+	return s.onService(name, "reset", false, func(svc *service, done func(error)) {
 		svc.tracker.Reset()
 		svc.restarts = 0
 		switch svc.state {
@@ -396,9 +422,11 @@ func (s *Supervisor) Reload(services []config.Service) apitype.ReloadResult {
 				s.want(svc)
 			}
 		}
+		s.bus.Publish(event.Event{Time: s.clock.Now(), Topic: event.OperatorCommand, Message: "reload"})
 		s.kick()
 		done(nil)
 	})
+	s.waitDurable()
 	return res
 }
 
@@ -435,8 +463,11 @@ func (s *Supervisor) indexDependents() {
 
 // onService runs f on the loop for the service called name; an unknown name,
 // or with refuseFailed a service whose breaker is open, is answered at once.
-func (s *Supervisor) onService(name string, refuseFailed bool, f func(svc *service, done func(error))) error {
-	return s.call(func(done func(error)) {
+//
+// The command is published (and so journaled) before it acts, and the
+// answer waits until everything it caused is durable.
+func (s *Supervisor) onService(name, command string, refuseFailed bool, f func(svc *service, done func(error))) error {
+	err := s.call(func(done func(error)) {
 		svc, err := s.lookup(name)
 		switch {
 		case err != nil:
@@ -445,9 +476,26 @@ func (s *Supervisor) onService(name string, refuseFailed bool, f func(svc *servi
 			done(apitype.Errorf(apitype.CodeFailedPrecondition,
 				"service %q is failed (crash loop): run `vigil reset %s` to start it again", name, name))
 		default:
+			s.bus.Publish(event.Event{Time: s.clock.Now(), Topic: event.OperatorCommand, Service: name, Message: command})
 			f(svc, done)
 		}
 	})
+	s.waitDurable()
+	return err
+}
+
+// waitDurable returns once everything published so far is on disk. A
+// journal that cannot write is reported by the daemon; the command it
+// follows has happened either way, so its answer stands.
+func (s *Supervisor) waitDurable() {
+	if s.durable == nil {
+		return
+	}
+	c := make(chan error, 1)
+	s.durable(func(err error) { c <- err })
+	if err := <-c; err != nil {
+		s.log.Error("operator command not journaled", "err", err)
+	}
 }
 
 func (s *Supervisor) lookup(name string) (*service, error) {
@@ -551,9 +599,9 @@ func (s *Supervisor) spawnFailed(svc *service, err error) {
 	now := s.clock.Now()
 	s.log.Warn("spawn failed", "service", svc.cfg.Name, "err", err)
 	svc.lastExit = &apitype.Exit{Class: string(policy.ClassSpawnFailed), At: now, Error: err.Error()}
-	s.publishCrash(svc, 0)
 	d := svc.tracker.OnExit(svc.pol, policy.Exit{Class: policy.ClassSpawnFailed}, 0, now, s.rand())
 	s.decided(svc, policy.ClassSpawnFailed, d)
+	s.publishCrash(svc, nil, now, d)
 	s.finishStarted(svc, apitype.Errorf(apitype.CodeFailedPrecondition, "%s: %v", svc.cfg.Name, err))
 }
 
@@ -583,14 +631,14 @@ func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
 		s.stoppedOnPurpose(svc)
 		return
 	}
-	if pe.Class.IsCrash() {
-		s.publishCrash(svc, inst.pid)
-	}
 	d := svc.tracker.OnExit(svc.pol, pe, e.At.Sub(inst.startedAt), e.At, s.rand())
 	if s.stopAll || !svc.want {
 		d.Restart = false
 	}
 	s.decided(svc, pe.Class, d)
+	if pe.Class.IsCrash() {
+		s.publishCrash(svc, inst, e.At, d)
+	}
 	s.afterExit()
 }
 
@@ -652,8 +700,14 @@ func (s *Supervisor) decided(svc *service, class policy.Class, d policy.Decision
 func (s *Supervisor) scheduleRestart(svc *service, delay time.Duration, begin func()) {
 	s.cancelRestartTimer(svc)
 	gen := svc.restartGen
-	fire := func() {
+	var fire func()
+	fire = func() {
 		if svc.restartGen != gen {
+			return
+		}
+		if svc.unjournaled > 0 {
+			// A crash record is not durable yet: the restart waits for it.
+			svc.deferredRestart = fire
 			return
 		}
 		svc.restartTimer = nil
@@ -819,9 +873,57 @@ func (s *Supervisor) publish(svc *service, topic event.Topic, from State, msg st
 	s.bus.Publish(e)
 }
 
-func (s *Supervisor) publishCrash(svc *service, pid int) {
+// publishCrash publishes the crash record of inst (nil when the spawn
+// itself failed), which the daemon journals; a restart that comes due
+// before the record is durable waits for it, so no crash is ever acted
+// upon without being on disk.
+func (s *Supervisor) publishCrash(svc *service, inst *instance, at time.Time, d policy.Decision) {
+	c := &apitype.Crash{
+		Service:   svc.cfg.Name,
+		Exit:      *svc.lastExit,
+		StartedAt: at,
+		Restarts:  svc.restarts,
+		Action:    crashAction(svc.state, d),
+		Output:    []string{},
+		Leases:    []string{},
+	}
+	if inst != nil {
+		c.PID, c.StartTime, c.StartedAt = inst.pid, inst.h.StartTime(), inst.startedAt
+		c.UptimeMS = at.Sub(inst.startedAt).Milliseconds()
+		c.Leases = append(c.Leases, inst.leases...)
+	}
+	if s.crashOutput != nil {
+		c.Output = s.crashOutput(svc.cfg.Name)
+	}
 	s.bus.Publish(event.Event{Time: s.clock.Now(), Topic: event.CrashDetected, Service: svc.cfg.Name,
-		PID: pid, Exit: svc.lastExit})
+		PID: c.PID, Exit: svc.lastExit, Crash: c})
+	if s.durable == nil {
+		return
+	}
+	svc.unjournaled++
+	s.durable(func(err error) {
+		s.post(func() {
+			if err != nil {
+				s.log.Error("crash record not journaled", "service", svc.cfg.Name, "pid", c.PID, "err", err)
+			}
+			if svc.unjournaled--; svc.unjournaled == 0 && svc.deferredRestart != nil {
+				f := svc.deferredRestart
+				svc.deferredRestart = nil
+				f()
+			}
+		})
+	})
+}
+
+// crashAction says what vigil did about a crash, for its record.
+func crashAction(state State, d policy.Decision) string {
+	switch state {
+	case Backoff:
+		return "restart in " + d.Delay.String()
+	case Failed:
+		return string(policy.ReasonManualActionRequired)
+	}
+	return "left down: " + string(d.Reason)
 }
 
 func (s *Supervisor) finishStarted(svc *service, err error) {
@@ -907,4 +1009,69 @@ func stopTimer(t *clock.Timer) {
 		(*t).Stop()
 		*t = nil
 	}
+}
+
+// Checkpoint returns what a checkpoint keeps of every service: what the
+// operator wants, breaker and backoff state, the live instance, its blob.
+func (s *Supervisor) Checkpoint() checkpoint.State {
+	var st checkpoint.State
+	_ = s.call(func(done func(error)) {
+		st.Services = make([]checkpoint.Service, 0, len(s.order))
+		for _, name := range s.order {
+			svc := s.services[name]
+			cs := checkpoint.Service{
+				Name:          name,
+				Desired:       checkpoint.DesiredStopped,
+				State:         string(svc.state),
+				Restarts:      svc.restarts,
+				Tracker:       svc.tracker,
+				NextRestartAt: svc.nextRestartAt,
+				Blob:          svc.blob,
+			}
+			cs.Tracker.Crashes = slices.Clone(cs.Tracker.Crashes)
+			if svc.want {
+				cs.Desired = checkpoint.DesiredRunning
+			}
+			if inst := svc.inst; inst != nil {
+				cs.Instance = &checkpoint.Instance{
+					PID:       inst.pid,
+					StartTime: inst.h.StartTime(),
+					PGID:      inst.h.PGID(),
+					StartedAt: inst.startedAt,
+					Ready:     svc.ready,
+					Leases:    slices.Clone(inst.leases),
+				}
+				if inst.mainPID != inst.pid {
+					cs.Instance.MainPID = inst.mainPID
+				}
+			}
+			st.Services = append(st.Services, cs)
+		}
+		done(nil)
+	})
+	return st
+}
+
+// MaxBlob is the largest per-service state blob SetBlob accepts.
+const MaxBlob = 64 << 10
+
+// SetBlob stores a service's own state (any JSON value) to be kept in
+// every checkpoint; null clears it.
+func (s *Supervisor) SetBlob(name string, blob []byte) error {
+	if len(blob) > MaxBlob {
+		return apitype.Errorf(apitype.CodeInvalidArgument, "state of %q is %d bytes; the limit is %d", name, len(blob), MaxBlob)
+	}
+	if !json.Valid(blob) {
+		return apitype.Errorf(apitype.CodeInvalidArgument, "state of %q is not valid JSON", name)
+	}
+	if string(blob) == "null" {
+		blob = nil
+	}
+	return s.call(func(done func(error)) {
+		svc, err := s.lookup(name)
+		if err == nil {
+			svc.blob = slices.Clone(blob)
+		}
+		done(err)
+	})
 }

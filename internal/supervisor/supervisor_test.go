@@ -56,8 +56,10 @@ func (f *fakeInst) Signal(sig syscall.Signal) error {
 	f.r.record(fmt.Sprintf("signal %s %d %s", f.name, f.pid, sig))
 	return nil
 }
-func (f *fakeInst) KillAll() int { f.r.record(fmt.Sprintf("killall %s %d", f.name, f.pid)); return 0 }
-func (f *fakeInst) Release()     {}
+func (f *fakeInst) StartTime() uint64 { return uint64(f.pid) * 100 }
+func (f *fakeInst) PGID() int         { return f.pid }
+func (f *fakeInst) KillAll() int      { f.r.record(fmt.Sprintf("killall %s %d", f.name, f.pid)); return 0 }
+func (f *fakeInst) Release()          {}
 func (f *fakeInst) SignalMain(pid int, sig syscall.Signal) error {
 	f.r.record(fmt.Sprintf("signal-main %s %d %s", f.name, pid, sig))
 	return nil
@@ -134,13 +136,23 @@ type harness struct {
 
 func newHarness(t *testing.T, services ...config.Service) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, services...)
+}
+
+// newHarnessWith is newHarness with opt changing the supervisor's options.
+func newHarnessWith(t *testing.T, opt func(*Options), services ...config.Service) *harness {
+	t.Helper()
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	r := &fakeRunner{clock: clk, live: map[string]*fakeInst{}, fail: map[string]error{}}
 	bus := &event.Bus{}
 	h := &harness{t: t, r: r, clk: clk, sub: bus.Subscribe(1000)}
 	r.sync = func() { h.sup.Sync() }
-	h.sup = New(Options{Services: services, Runner: r, Clock: clk, Bus: bus, Rand: func() float64 { return 0 },
-		Logger: slog.New(slog.DiscardHandler)})
+	opts := Options{Services: services, Runner: r, Clock: clk, Bus: bus, Rand: func() float64 { return 0 },
+		Logger: slog.New(slog.DiscardHandler)}
+	if opt != nil {
+		opt(&opts)
+	}
+	h.sup = New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { h.sup.Run(ctx); close(done) }()

@@ -16,14 +16,16 @@ type Status struct {
 
 // Daemon describes the running daemon.
 type Daemon struct {
-	PID           int       `json:"pid"`
-	Version       string    `json:"version"`
-	StartedAt     time.Time `json:"started_at"`
-	SafeMode      bool      `json:"safe_mode"`
-	RecoveryStage string    `json:"recovery_stage"`
-	Config        string    `json:"config"`
-	StateDir      string    `json:"state_dir"`
-	Notify        *Notify   `json:"notify,omitempty"`
+	PID           int             `json:"pid"`
+	Version       string          `json:"version"`
+	StartedAt     time.Time       `json:"started_at"`
+	SafeMode      bool            `json:"safe_mode"`
+	RecoveryStage string          `json:"recovery_stage"`
+	Config        string          `json:"config"`
+	StateDir      string          `json:"state_dir"`
+	Notify        *Notify         `json:"notify,omitempty"`
+	Journal       *Journal        `json:"journal,omitempty"`
+	Checkpoint    *CheckpointInfo `json:"checkpoint,omitempty"`
 }
 
 // Notify counts what reached the sd_notify socket and what was dropped.
@@ -61,6 +63,45 @@ type Exit struct {
 	CoreDumped bool      `json:"core_dumped"`
 	At         time.Time `json:"at"`
 	Error      string    `json:"error,omitempty"` // spawn_failed: why
+}
+
+// Journal is the state of the daemon's journal.
+type Journal struct {
+	Dir      string   `json:"dir"`
+	Appended uint64   `json:"appended"` // records made durable since the daemon started
+	Failed   uint64   `json:"failed"`   // records whose write failed
+	Behind   uint64   `json:"behind"`   // records refused because the disk fell behind
+	LastErr  string   `json:"last_error,omitempty"`
+	Repairs  []string `json:"repairs"` // damage found and repaired at start
+}
+
+// CheckpointInfo describes the last checkpoint written (the answer of
+// POST /v1/checkpoint, and daemon.checkpoint in status).
+type CheckpointInfo struct {
+	Path       string    `json:"path"`
+	Generation uint64    `json:"generation"`
+	WrittenAt  time.Time `json:"written_at,omitzero"`
+	Size       int64     `json:"size"`
+	DurationMS float64   `json:"duration_ms"`
+	IntervalMS int64     `json:"interval_ms"` // the scheduler's current interval
+	Warning    string    `json:"warning,omitempty"`
+	LastErr    string    `json:"last_error,omitempty"`
+}
+
+// Crash is one crash as the journal records it, the body of
+// `vigil crashes --json` and the payload of a crash.detected event.
+type Crash struct {
+	Seq       uint64    `json:"seq,omitempty"` // journal sequence number, once journaled
+	Service   string    `json:"service"`
+	PID       int       `json:"pid"`
+	StartTime uint64    `json:"start_time,omitempty"` // with pid, the instance's identity
+	Exit      Exit      `json:"exit"`                 // class, code, signal, core flag; at = when it ended
+	StartedAt time.Time `json:"started_at"`
+	UptimeMS  int64     `json:"uptime_ms"`
+	Restarts  int       `json:"restarts"` // automatic restarts before this crash
+	Output    []string  `json:"output"`   // the service's last lines of output
+	Leases    []string  `json:"leases"`   // LEASE= ids the instance held
+	Action    string    `json:"action"`   // what vigil did: "restart in 1s", "manual_action_required", "left down: …"
 }
 
 // ReloadResult says what a reload changed.

@@ -4,6 +4,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,7 +41,15 @@ func (c *Client) httpClient() *http.Client {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://vigil"+path, nil)
+	return c.doBody(ctx, method, path, nil, out)
+}
+
+func (c *Client) doBody(ctx context.Context, method, path string, in []byte, out any) error {
+	var reqBody io.Reader
+	if in != nil {
+		reqBody = bytes.NewReader(in)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://vigil"+path, reqBody)
 	if err != nil {
 		return err
 	}
@@ -137,3 +146,16 @@ func (c *Client) Reload(ctx context.Context) (apitype.ReloadResult, error) {
 
 // Shutdown asks the daemon to stop every service and exit.
 func (c *Client) Shutdown(ctx context.Context) error { return c.do(ctx, "POST", "/v1/shutdown", nil) }
+
+// Checkpoint has the daemon write a checkpoint now and says what it wrote.
+func (c *Client) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
+	var out apitype.CheckpointInfo
+	err := c.do(ctx, "POST", "/v1/checkpoint", &out)
+	return out, err
+}
+
+// SetState stores a service's own state (a JSON value; null clears it)
+// in every checkpoint from now on.
+func (c *Client) SetState(ctx context.Context, name string, state []byte) error {
+	return c.doBody(ctx, "PUT", "/v1/services/"+url.PathEscape(name)+"/state", state, nil)
+}

@@ -1,0 +1,193 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/checkpoint"
+	"github.com/vigil-dev/vigil/internal/event"
+)
+
+// fakeJournal holds every barrier until the test releases it, as a slow
+// disk would.
+type fakeJournal struct {
+	mu      sync.Mutex
+	waiting []func(error)
+}
+
+func (j *fakeJournal) barrier(done func(error)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.waiting = append(j.waiting, done)
+}
+
+func (j *fakeJournal) pending() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.waiting)
+}
+
+func (j *fakeJournal) release(err error) {
+	j.mu.Lock()
+	w := j.waiting
+	j.waiting = nil
+	j.mu.Unlock()
+	for _, f := range w {
+		f(err)
+	}
+}
+
+func withJournal(j *fakeJournal) func(*Options) {
+	return func(o *Options) {
+		o.Durable = j.barrier
+		o.CrashOutput = func(name string) []string { return []string{name + ": boom"} }
+	}
+}
+
+func TestRestartWaitsForCrashRecord(t *testing.T) {
+	t.Parallel()
+	for _, initial := range []time.Duration{0, 100 * time.Millisecond} {
+		j := &fakeJournal{}
+		c := svc("web")
+		c.Backoff.Initial = initial
+		h := newHarnessWith(t, withJournal(j), c)
+		h.sup.StartAll()
+		h.expectLog("spawn web 101")
+		h.r.end(t, "web", exit1)
+		h.sup.Sync()           // the exit is handled, its backoff timer armed
+		h.advance(time.Second) // well past the backoff
+		h.expectLog("killall web 101")
+		if j.pending() != 1 {
+			t.Fatalf("backoff %v: %d barriers pending, want the crash record's", initial, j.pending())
+		}
+		j.release(nil)
+		h.sup.Sync()
+		h.expectLog("spawn web 102")
+
+		// A journal that fails does not stop supervision.
+		h.r.end(t, "web", exit1)
+		h.sup.Sync()
+		h.advance(time.Second)
+		j.release(errors.New("disk full"))
+		h.advance(time.Second)
+		h.expectLog("killall web 102", "spawn web 103")
+	}
+}
+
+func TestCrashRecord(t *testing.T) {
+	t.Parallel()
+	j := &fakeJournal{}
+	h := newHarnessWith(t, withJournal(j), svc("web"))
+	h.sup.StartAll()
+	h.sup.Sync()
+	h.send(101, "LEASE=task-7")
+	h.advance(1500 * time.Millisecond)
+	h.r.end(t, "web", sigSegvC)
+	for {
+		e := <-h.sub.C
+		if e.Topic != event.CrashDetected {
+			continue
+		}
+		c := e.Crash
+		if c == nil || c.Service != "web" || c.PID != 101 || c.StartTime != 10100 || c.Exit.Class != "signal" ||
+			c.Exit.Signal != "SIGSEGV" || !c.Exit.CoreDumped || c.UptimeMS != 1500 || c.Restarts != 0 ||
+			len(c.Leases) != 1 || c.Leases[0] != "task-7" || len(c.Output) != 1 || c.Output[0] != "web: boom" ||
+			c.Action != "restart in 100ms" {
+			b, _ := json.Marshal(c)
+			t.Fatalf("crash record %s", b)
+		}
+		break
+	}
+	j.release(nil)
+}
+
+func TestOperatorCommandWaitsForJournal(t *testing.T) {
+	t.Parallel()
+	j := &fakeJournal{}
+	h := newHarnessWith(t, withJournal(j), svc("web"))
+	h.sup.StartAll()
+	h.sup.Sync()
+	done := make(chan error, 1)
+	go func() { done <- h.sup.Restart("web") }()
+	// The command is published before it acts: seen before web stops.
+	var operator []event.Event
+	for stopping := false; !stopping; {
+		select {
+		case e := <-h.sub.C:
+			if e.Topic == event.OperatorCommand {
+				operator = append(operator, e)
+			}
+			stopping = e.Topic == event.ServiceState && e.Service == "web" && e.State == string(Stopping)
+		case <-time.After(10 * time.Second):
+			t.Fatal("web never began stopping")
+		}
+	}
+	if len(operator) != 1 || operator[0].Service != "web" || operator[0].Message != "restart" {
+		t.Fatalf("operator events before the stop: %+v", operator)
+	}
+	h.r.end(t, "web", sigTerm)
+	deadline := time.Now().Add(10 * time.Second)
+	for j.pending() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("restart never asked for a barrier")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("restart answered (%v) before its records were durable", err)
+	default:
+	}
+	j.release(nil)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.expectLog("spawn web 101", "signal web 101 terminated", "killall web 101", "spawn web 102")
+}
+
+func TestCheckpointAndBlob(t *testing.T) {
+	t.Parallel()
+	web, db := svc("web", "db"), svc("db")
+	db.Autostart = false
+	h := newHarness(t, db, web)
+	h.sup.StartAll()
+	h.sup.Sync()
+	if err := h.sup.SetBlob("web", []byte(`{"cursor":42}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{[]byte(`{`), make([]byte, MaxBlob+1)} {
+		if err := h.sup.SetBlob("web", bad); !errors.Is(err, apitype.ErrInvalidArgument) {
+			t.Fatalf("bad blob: %v", err)
+		}
+	}
+	if err := h.sup.SetBlob("nope", []byte(`1`)); !errors.Is(err, apitype.ErrNotFound) {
+		t.Fatalf("unknown service: %v", err)
+	}
+	st := h.sup.Checkpoint()
+	if len(st.Services) != 2 {
+		t.Fatalf("%+v", st)
+	}
+	d, w := st.Services[0], st.Services[1]
+	if d.Name != "db" || w.Name != "web" || d.Desired != checkpoint.DesiredRunning || w.Desired != checkpoint.DesiredRunning {
+		t.Fatalf("services %+v", st.Services)
+	}
+	if w.Instance == nil || w.Instance.PID != 102 || w.Instance.StartTime != 10200 || w.Instance.PGID != 102 ||
+		string(w.Blob) != `{"cursor":42}` || w.State != string(Running) {
+		t.Fatalf("web %+v %+v", w, w.Instance)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.sup.Stop("web") }()
+	h.waitEvent("web", Stopping)
+	h.r.end(t, "web", sigTerm)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	st = h.sup.Checkpoint()
+	if w := st.Services[1]; w.Instance != nil || w.Desired != checkpoint.DesiredStopped {
+		t.Fatalf("stopped web %+v", w)
+	}
+}
