@@ -68,7 +68,7 @@ func crashesCmd(g *globals) *cobra.Command {
 	var n int
 	var asJSON, output bool
 	cmd := &cobra.Command{
-		Use:   "crashes [NAME] [--since DUR] [-n N] [--json]",
+		Use:   "crashes [NAME] [--since DUR] [-n N] [--json] [-o]",
 		Short: "List recorded crashes, newest first (works without a daemon)",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
@@ -104,6 +104,16 @@ func crashesCmd(g *globals) *cobra.Command {
 				c := *e.Crash
 				c.Seq = r.Seq
 				crashes = append(crashes, c)
+			}
+			if len(crashes) == 0 && len(args) == 1 {
+				// A typo must not pass for a service that never crashed. A
+				// name the config no longer has may still have records, so
+				// this is only asked when there are none.
+				if cfg, err := g.load(); err == nil {
+					if _, err := cfg.Lookup(args[0]); err != nil {
+						return err
+					}
+				}
 			}
 			if asJSON {
 				return writeJSON(g.stdout, crashes)

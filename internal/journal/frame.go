@@ -15,7 +15,9 @@ type Type uint8
 const (
 	// TypeEvent is an event.Event.
 	TypeEvent Type = 1
-	// TypeCrash is an apitype.Crash.
+	// TypeCrash is a crash.detected event.Event; its Crash field holds the
+	// whole crash record. A type of its own, so crash queries skip the rest
+	// without decoding it.
 	TypeCrash Type = 2
 	// TypeShutdown marks a clean stop of the daemon: the next start needs
 	// no recovery.
