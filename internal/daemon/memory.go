@@ -37,6 +37,8 @@ type memory struct {
 	cleanBefore bool
 	previous    *checkpoint.Loaded // nil when none could be read
 
+	failing atomic.Bool // the last journal write failed
+
 	mu        sync.Mutex
 	last      apitype.CheckpointInfo
 	closeOnce sync.Once
@@ -108,12 +110,8 @@ func (m *memory) sink(e event.Event) {
 	if e.Topic == event.CrashDetected && e.Crash != nil {
 		typ = journal.TypeCrash
 	}
-	var done func(error)
-	if e.Topic != event.JournalFailed { // its own failure must not feed itself
-		done = m.failed
-	}
-	if _, err := m.journal.Append(typ, payload, done); err != nil {
-		go m.failed(err)
+	if _, err := m.journal.Append(typ, payload, m.written); err != nil {
+		go m.written(err)
 	}
 	switch e.Topic {
 	case event.ServiceState, event.CrashDetected, event.OperatorCommand:
@@ -123,9 +121,18 @@ func (m *memory) sink(e event.Event) {
 	}
 }
 
-// failed reports a journal write that failed; supervision goes on.
-func (m *memory) failed(err error) {
+// written learns the outcome of each journal write. A failure is logged
+// and published once per outage, not once per record, so a full disk
+// under a crash loop does not become a flood of its own; supervision goes
+// on either way.
+func (m *memory) written(err error) {
 	if err == nil {
+		if m.failing.CompareAndSwap(true, false) {
+			m.log.Info("journal writes succeed again")
+		}
+		return
+	}
+	if !m.failing.CompareAndSwap(false, true) {
 		return
 	}
 	m.log.Error("journal write failed", "err", err)

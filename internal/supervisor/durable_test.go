@@ -78,6 +78,48 @@ func TestRestartWaitsForCrashRecord(t *testing.T) {
 	}
 }
 
+// TestHungDiskDoesNotStopSupervision: a journal that never answers holds
+// a restart, and an operator's answer, for DurableWait and no longer.
+func TestHungDiskDoesNotStopSupervision(t *testing.T) {
+	t.Parallel()
+	j := &fakeJournal{} // never released
+	h := newHarnessWith(t, withJournal(j), svc("web"))
+	h.sup.StartAll()
+	h.expectLog("spawn web 101")
+	h.r.end(t, "web", exit1)
+	h.sup.Sync()
+	h.advance(5*time.Second - time.Millisecond)
+	h.expectLog("killall web 101")
+	h.advance(time.Millisecond)
+	h.expectLog("spawn web 102")
+
+	done := make(chan error, 1)
+	go func() { done <- h.sup.Stop("web") }()
+	h.waitEvent("web", Stopping)
+	h.r.end(t, "web", sigTerm)
+	for deadline := time.Now().Add(10 * time.Second); j.pending() < 2; { // the crash record's, and now the stop's
+		if time.Now().After(deadline) {
+			t.Fatal("stop never asked for a barrier")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.advance(5*time.Second - time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("stop answered (%v) before DurableWait", err)
+	default:
+	}
+	h.clk.Advance(time.Millisecond)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stop not answered after DurableWait")
+	}
+}
+
 func TestCrashRecord(t *testing.T) {
 	t.Parallel()
 	j := &fakeJournal{}

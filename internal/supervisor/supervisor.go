@@ -17,6 +17,7 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -90,6 +91,9 @@ type Options struct {
 	// Bus so far is on disk (the journal's barrier). A crash's restart and
 	// the answer to an operator command wait for it. Nil: nothing waits.
 	Durable func(done func(error))
+	// DurableWait bounds that wait: a journal that has not answered by
+	// then (a hung disk) is logged and supervision goes on. Default 5s.
+	DurableWait time.Duration
 	// CrashOutput returns the last lines a service wrote, for its crash
 	// record; nil records none.
 	CrashOutput func(service string) []string
@@ -105,8 +109,9 @@ type Supervisor struct {
 	rand   func() float64
 	check  CheckFunc
 	pgidOf func(int) (int, bool)
-	// durable and crashOutput: see Options.
+	// durable, durableWait and crashOutput: see Options.
 	durable     func(done func(error))
+	durableWait time.Duration
 	crashOutput func(string) []string
 
 	// pids maps the main pid of every live instance to its *heartbeat,
@@ -183,14 +188,15 @@ type instance struct {
 // New returns a supervisor for services; nothing starts until StartAll or Start.
 func New(opts Options) *Supervisor {
 	s := &Supervisor{
-		runner:  opts.Runner,
-		clock:   opts.Clock,
-		bus:     opts.Bus,
-		log:     opts.Logger,
-		rand:    opts.Rand,
-		check:   opts.Check,
-		pgidOf:  opts.ProcessGroup,
-		durable: opts.Durable,
+		runner:      opts.Runner,
+		clock:       opts.Clock,
+		bus:         opts.Bus,
+		log:         opts.Logger,
+		rand:        opts.Rand,
+		check:       opts.Check,
+		pgidOf:      opts.ProcessGroup,
+		durable:     opts.Durable,
+		durableWait: opts.DurableWait,
 
 		crashOutput: opts.CrashOutput,
 		wake:        make(chan struct{}, 1),
@@ -207,6 +213,9 @@ func New(opts Options) *Supervisor {
 	}
 	if s.rand == nil {
 		s.rand = rand.Float64
+	}
+	if s.durableWait <= 0 {
+		s.durableWait = 5 * time.Second
 	}
 	for _, c := range opts.Services {
 		s.add(c)
@@ -491,10 +500,18 @@ func (s *Supervisor) waitDurable() {
 	if s.durable == nil {
 		return
 	}
+	expired := make(chan struct{})
+	t := s.clock.AfterFunc(s.durableWait, func() { close(expired) })
+	defer t.Stop()
 	c := make(chan error, 1)
 	s.durable(func(err error) { c <- err })
-	if err := <-c; err != nil {
-		s.log.Error("operator command not journaled", "err", err)
+	select {
+	case err := <-c:
+		if err != nil {
+			s.log.Error("operator command not journaled", "err", err)
+		}
+	case <-expired:
+		s.log.Error("operator command not journaled", "err", errDurableTimeout(s.durableWait))
 	}
 }
 
@@ -900,19 +917,37 @@ func (s *Supervisor) publishCrash(svc *service, inst *instance, at time.Time, d 
 	if s.durable == nil {
 		return
 	}
+	// The restart waits for the record, but not for ever: a disk that
+	// hangs must not stop supervision. Whichever comes first settles it.
 	svc.unjournaled++
-	s.durable(func(err error) {
-		s.post(func() {
-			if err != nil {
-				s.log.Error("crash record not journaled", "service", svc.cfg.Name, "pid", c.PID, "err", err)
-			}
-			if svc.unjournaled--; svc.unjournaled == 0 && svc.deferredRestart != nil {
-				f := svc.deferredRestart
-				svc.deferredRestart = nil
-				f()
-			}
-		})
+	settled := false
+	var timer clock.Timer
+	settle := func(err error) {
+		if settled {
+			return
+		}
+		settled = true
+		if timer != nil {
+			timer.Stop()
+		}
+		if err != nil {
+			s.log.Error("crash record not journaled", "service", svc.cfg.Name, "pid", c.PID, "err", err)
+		}
+		if svc.unjournaled--; svc.unjournaled == 0 && svc.deferredRestart != nil {
+			f := svc.deferredRestart
+			svc.deferredRestart = nil
+			f()
+		}
+	}
+	timer = s.clock.AfterFunc(s.durableWait, func() {
+		s.post(func() { settle(errDurableTimeout(s.durableWait)) })
 	})
+	s.durable(func(err error) { s.post(func() { settle(err) }) })
+}
+
+// errDurableTimeout: the journal did not confirm a record within d.
+func errDurableTimeout(d time.Duration) error {
+	return fmt.Errorf("not durable within %s: the disk is stalled; going on without it", d)
 }
 
 // crashAction says what vigil did about a crash, for its record.
