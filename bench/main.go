@@ -5,7 +5,7 @@
 // It needs root (the proc connector does).
 //
 //	go run ./bench                # every scenario
-//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify
+//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify, crashes, checkpoint
 package main
 
 import (
@@ -27,10 +27,11 @@ import (
 )
 
 var (
-	only     = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify")
+	only     = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify, crashes, checkpoint")
 	samples  = flag.Int("n", 300, "restarts measured in the restart and sigkill scenarios")
 	services = flag.Int("services", 1000, "services in the scale scenario")
 	idle     = flag.Duration("idle", 30*time.Second, "idle window for the CPU measurement")
+	records  = flag.Int("records", 1_000_000, "journal records in the crashes scenario")
 )
 
 func main() {
@@ -57,7 +58,8 @@ func run() error {
 	for _, sc := range []struct {
 		name string
 		f    func(bin, dir string) error
-	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}, {"notify", notifyScenario}} {
+	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}, {"notify", notifyScenario},
+		{"crashes", crashesScenario}, {"checkpoint", checkpointScenario}} {
 		if *only != "" && *only != sc.name {
 			continue
 		}

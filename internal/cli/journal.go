@@ -217,7 +217,7 @@ func eventsCmd(g *globals) *cobra.Command {
 // formatEvent is an event on one line: when, journal seq, topic, what.
 func formatEvent(e event.Event) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s  #%d  %-17s", e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Seq, e.Topic)
+	fmt.Fprintf(&b, "%s  #%d  %-18s", e.Time.Local().Format("2006-01-02 15:04:05.000"), e.Seq, e.Topic)
 	if e.Service != "" {
 		fmt.Fprintf(&b, "  %s", e.Service)
 	}
@@ -239,7 +239,7 @@ func formatEvent(e event.Event) string {
 	if e.Message != "" {
 		fmt.Fprintf(&b, "  %s", e.Message)
 	}
-	return b.String()
+	return strings.TrimRight(b.String(), " ")
 }
 
 func writeJSON(w io.Writer, v any) error {

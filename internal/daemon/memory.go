@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -50,7 +51,8 @@ func openMemory(cfg *config.Config, fsys fsutil.FS, bus *event.Bus, log *slog.Lo
 	dir := filepath.Join(cfg.StateDir, "journal")
 	m := &memory{log: log, bus: bus, stateDir: cfg.StateDir, output: cfg.Journal}
 	newest, _, err := (&journal.Reader{Dir: dir, FS: fsys}).Newest(journal.Query{Limit: 1})
-	m.cleanBefore = err == nil && (len(newest) == 0 || newest[0].Type == journal.TypeShutdown)
+	firstRun := errors.Is(err, fs.ErrNotExist)
+	m.cleanBefore = firstRun || (err == nil && (len(newest) == 0 || newest[0].Type == journal.TypeShutdown))
 	m.journal, err = journal.Open(journal.Options{
 		Dir:         dir,
 		FS:          fsys,
@@ -70,7 +72,10 @@ func openMemory(cfg *config.Config, fsys fsutil.FS, bus *event.Bus, log *slog.Lo
 		bus.Publish(event.Event{Time: time.Now(), Topic: event.JournalRepaired, Message: r.String()})
 	}
 	msg := "previous run ended cleanly"
-	if !m.cleanBefore {
+	switch {
+	case firstRun:
+		msg = "first run in this state dir"
+	case !m.cleanBefore:
 		msg = "previous run did not stop cleanly"
 	}
 	bus.Publish(event.Event{Time: time.Now(), Topic: event.DaemonStarted, Message: msg})

@@ -139,7 +139,7 @@ func TestCrashesAreJournaledAndStateIsCheckpointed(t *testing.T) {
 	p2 := startProjectIn(t, dir, journalProject, nil)
 	started := p2.journalEvents(journal.Query{Types: []journal.Type{journal.TypeEvent},
 		Match: func(r journal.Record) bool { return bytes.Contains(r.Payload, []byte(event.DaemonStarted)) }})
-	if len(started) != 2 || started[0].Message != "previous run ended cleanly" {
+	if len(started) != 2 || started[0].Message != "previous run ended cleanly" || started[1].Message != "first run in this state dir" {
 		t.Fatalf("daemon.started events: %+v", started)
 	}
 	p2.checkpointNow()

@@ -954,7 +954,7 @@ func errDurableTimeout(d time.Duration) error {
 func crashAction(state State, d policy.Decision) string {
 	switch state {
 	case Backoff:
-		return "restart in " + d.Delay.String()
+		return "restart in " + d.Delay.Round(time.Millisecond).String()
 	case Failed:
 		return string(policy.ReasonManualActionRequired)
 	}
