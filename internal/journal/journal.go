@@ -413,28 +413,40 @@ func (j *Journal) writer() {
 }
 
 // writeBatch writes every record of batch with one write and one fsync
-// and returns how many records it held. A failed attempt is retried once
-// after cutting the segment back to its last durable size.
+// (one more for each segment boundary the batch crosses, so that a burst
+// never makes a segment larger than SegmentSize) and returns how many
+// records it held. A failed attempt is retried once after cutting the
+// segment back to its last durable size.
 func (j *Journal) writeBatch(batch []pending) (int, error) {
 	j.buf = j.buf[:0]
 	var first Record
 	n := 0
-	for i := range batch {
-		if !batch[i].barrier {
-			if n == 0 {
-				first = batch[i].rec
-			}
-			j.buf = appendFrame(j.buf, batch[i].rec)
-			n++
+	var err error
+	flush := func() {
+		if len(j.buf) == 0 || err != nil {
+			return
 		}
+		if err = j.commit(first); err != nil {
+			err = j.commit(first)
+		}
+		j.buf = j.buf[:0]
 	}
-	if n == 0 {
-		return 0, nil
+	for i := range batch {
+		if batch[i].barrier {
+			continue
+		}
+		rec := batch[i].rec
+		cur := j.segs[len(j.segs)-1].size
+		if len(j.buf) > 0 && cur+int64(len(j.buf)+headerSize+len(rec.Payload)) > j.opts.SegmentSize {
+			flush() // what fits closes this segment; the rest starts the next
+		}
+		if len(j.buf) == 0 {
+			first = rec
+		}
+		j.buf = appendFrame(j.buf, rec)
+		n++
 	}
-	err := j.commit(first)
-	if err != nil {
-		err = j.commit(first)
-	}
+	flush()
 	if err != nil {
 		j.unreported = err
 	}

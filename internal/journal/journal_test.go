@@ -341,6 +341,35 @@ func TestRotationAndPruning(t *testing.T) {
 	}
 }
 
+// TestBurstRespectsSegmentSize: records appended without waiting reach
+// the writer as one large batch, which still rotates at SegmentSize.
+func TestBurstRespectsSegmentSize(t *testing.T) {
+	t.Parallel()
+	fsys := &fstest.Crash{}
+	j := open(t, Options{FS: fsys, Dir: "/j", SegmentSize: 1000})
+	for i := 1; i <= 500; i++ {
+		if _, err := j.Append(TypeEvent, payload(i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if st := j.Stats(); st.Syncs >= 100 {
+		t.Fatalf("%d fsyncs for 500 records appended in a burst: no group commit", st.Syncs)
+	}
+	names, _ := fsys.ReadDir("/j")
+	for _, n := range names {
+		b, _ := fsutil.ReadFile(fsys, "/j/"+n)
+		if len(b) > 1000 {
+			t.Errorf("segment %s has %d bytes, SegmentSize is 1000", n, len(b))
+		}
+	}
+	if recs, probs := all(t, fsys, "/j"); len(recs) != 500 || len(probs) > 0 || recs[499].Seq != 500 {
+		t.Fatalf("%d records, problems %v", len(recs), probs)
+	}
+}
+
 func TestNewest(t *testing.T) {
 	t.Parallel()
 	fsys := &fstest.Crash{}
@@ -534,5 +563,47 @@ func TestPowerLossHarnessSeesMissingDirSync(t *testing.T) {
 		t.Fatal("no violation found with directory fsyncs skipped")
 	} else {
 		t.Logf("found, as it should: %v", err)
+	}
+}
+
+// TestScanAcrossBufferBoundaries: readers stream a segment through a
+// buffer far smaller than it; frames that straddle the buffer's end,
+// frames larger than the buffer, and damage past the first buffer are all
+// read or reported exactly as when the segment is read whole.
+func TestScanAcrossBufferBoundaries(t *testing.T) {
+	t.Parallel()
+	var b []byte
+	var offs []int
+	var want [][]byte
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 40 {
+		p := bytes.Repeat([]byte{byte('a' + i%26)}, 1+rng.IntN(400<<10)) // up to 400 KiB: some larger than the buffer
+		offs = append(offs, len(b))
+		want = append(want, p)
+		b = appendFrame(b, Record{Seq: uint64(i + 1), Type: TypeEvent, Time: time.Unix(0, int64(i)), Payload: p})
+	}
+	fsys := withSegment(t, b)
+	recs, probs := all(t, fsys, "/j")
+	if len(recs) != len(want) || len(probs) > 0 {
+		t.Fatalf("%d records, problems %v", len(recs), probs)
+	}
+	for i, r := range recs {
+		if r.Seq != uint64(i+1) || !bytes.Equal(r.Payload, want[i]) {
+			t.Fatalf("record %d: seq %d, %d bytes", i, r.Seq, len(r.Payload))
+		}
+	}
+	// Damage record 30, several MiB in: reported at its offset, the rest read.
+	b[offs[30]+headerSize+7] ^= 0x10
+	fsys = withSegment(t, b)
+	recs, probs = all(t, fsys, "/j")
+	if len(probs) != 1 || probs[0].Offset != int64(offs[30]) || probs[0].Skipped != int64(offs[31]-offs[30]) {
+		t.Fatalf("problems %v, want one at %d skipping %d", probs, offs[30], offs[31]-offs[30])
+	}
+	if len(recs) != 39 || recs[29].Seq != 30 || recs[30].Seq != 32 {
+		t.Fatalf("%d records around the damage", len(recs))
+	}
+	newest, _, err := (&Reader{FS: fsys, Dir: "/j"}).Newest(Query{Limit: 3})
+	if err != nil || len(newest) != 3 || newest[0].Seq != 40 || !bytes.Equal(newest[2].Payload, want[37]) {
+		t.Fatalf("newest: %d records, %v", len(newest), err)
 	}
 }

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,7 +105,85 @@ func scanSegment(path string, b []byte, maxRecord int, last bool, fn func(Record
 	return probs, int64(off)
 }
 
+// scanFile is scanSegment over the segment file at path, read through a
+// buffer of a few hundred KiB rather than whole, so that a reader's memory
+// and time do not grow with the segment size. Damage is rare: at the first
+// frame that does not verify, the rest of the file is read whole and
+// handed to scanSegment, which knows tails from corruption. A Record's
+// Payload is valid only during fn.
+func scanFile(fsys fsutil.FS, path string, maxRecord int, last bool, fn func(Record, int64) bool) ([]Problem, int64, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 0, 256<<10)
+	var base int64 // file offset of buf[0]
+	pos, eof := 0, false
+	// more makes buf hold at least need bytes from pos on, unless the file
+	// ends first.
+	more := func(need int) error {
+		if len(buf)-pos >= need || eof {
+			return nil
+		}
+		n := copy(buf, buf[pos:])
+		base += int64(pos)
+		buf, pos = buf[:n], 0
+		if need > cap(buf) {
+			buf = append(make([]byte, 0, need), buf...)
+		}
+		for len(buf) < need && !eof {
+			m, err := f.ReadAt(buf[len(buf):cap(buf)], base+int64(len(buf)))
+			buf = buf[:len(buf)+m]
+			switch {
+			case err == io.EOF || (err == nil && m == 0):
+				eof = true
+			case err != nil:
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		if err := more(headerSize); err != nil {
+			return nil, base + int64(pos), err
+		}
+		if len(buf) == pos {
+			return nil, base + int64(pos), nil
+		}
+		if h, ok := parseHeader(buf[pos:]); ok && int64(h.length) <= int64(maxRecord) {
+			if err := more(headerSize + int(h.length)); err != nil {
+				return nil, base + int64(pos), err
+			}
+			if r, n, ok := frameAt(buf[pos:], maxRecord); ok {
+				if !fn(r, base+int64(pos)) {
+					return nil, base + int64(pos+n), nil
+				}
+				pos += n
+				continue
+			}
+		}
+		// Damage, a torn tail or a write in progress: decide on the rest.
+		at := base + int64(pos)
+		size, err := f.Size()
+		if err != nil {
+			return nil, at, err
+		}
+		rest := make([]byte, max(size-at, 0))
+		n, err := f.ReadAt(rest, at)
+		if err != nil && err != io.EOF {
+			return nil, at, err
+		}
+		probs, end := scanSegment(path, rest[:n], maxRecord, last, func(r Record, off int64) bool { return fn(r, at+off) })
+		for i := range probs {
+			probs[i].Offset += at
+		}
+		return probs, at + end, nil
+	}
+}
+
 // Scan calls fn for every record, oldest first, until fn returns false.
+// A Record's Payload is valid only during fn.
 func (rd *Reader) Scan(fn func(Record) bool) ([]Problem, error) {
 	fsys, maxRec := rd.fill()
 	segs, err := rd.segments()
@@ -114,18 +193,17 @@ func (rd *Reader) Scan(fn func(Record) bool) ([]Problem, error) {
 	var probs []Problem
 	for i, name := range segs {
 		path := filepath.Join(rd.Dir, name)
-		b, err := fsutil.ReadFile(fsys, path)
+		stop := false
+		p, _, err := scanFile(fsys, path, maxRec, i == len(segs)-1, func(r Record, _ int64) bool {
+			stop = !fn(r)
+			return !stop
+		})
 		if err != nil {
 			if os.IsNotExist(err) { // pruned while we read
 				continue
 			}
 			return probs, fmt.Errorf("journal: %w", err)
 		}
-		stop := false
-		p, _ := scanSegment(path, b, maxRec, i == len(segs)-1, func(r Record, _ int64) bool {
-			stop = !fn(r)
-			return !stop
-		})
 		probs = append(probs, p...)
 		if stop {
 			break
@@ -148,34 +226,34 @@ func (rd *Reader) Newest(q Query) ([]Record, []Problem, error) {
 	var probs []Problem
 	for i := len(segs) - 1; i >= 0; i-- {
 		path := filepath.Join(rd.Dir, segs[i])
-		b, err := fsutil.ReadFile(fsys, path)
-		if err != nil {
-			if os.IsNotExist(err) {
-				continue
-			}
-			return out, probs, fmt.Errorf("journal: %w", err)
-		}
 		// Keep only the newest Limit matches of this segment in a ring.
 		want := q.Limit - len(out)
 		var ring []Record
 		head := 0
 		older := false
-		p, _ := scanSegment(path, b, maxRec, i == len(segs)-1, func(r Record, _ int64) bool {
+		p, _, err := scanFile(fsys, path, maxRec, i == len(segs)-1, func(r Record, _ int64) bool {
 			if !q.Since.IsZero() && r.Time.Before(q.Since) {
 				older = true
 			}
 			if !q.accepts(r) {
 				return true
 			}
-			r.Payload = slices.Clone(r.Payload)
 			if q.Limit <= 0 || len(ring) < want {
+				r.Payload = slices.Clone(r.Payload)
 				ring = append(ring, r)
-			} else {
+			} else { // reuse the slot's payload buffer
+				r.Payload = append(ring[head].Payload[:0], r.Payload...)
 				ring[head] = r
 				head = (head + 1) % len(ring)
 			}
 			return true
 		})
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue
+			}
+			return out, probs, fmt.Errorf("journal: %w", err)
+		}
 		probs = append(probs, p...)
 		for k := len(ring) - 1; k >= 0; k-- {
 			out = append(out, ring[(head+k)%len(ring)])
