@@ -125,6 +125,9 @@ type Supervisor struct {
 	wake  chan struct{}
 
 	// Owned by the loop goroutine only.
+	kickQueued bool // a kick is posted to continue a large start
+	turnSpawns int  // spawns in this turn of the loop, for kickBatch
+	batchLeft  int  // events after this one in the batch the loop is running
 	services   map[string]*service
 	order      []string            // config order
 	dependents map[string][]string // reverse depends_on
@@ -241,7 +244,8 @@ func (s *Supervisor) Run(ctx context.Context) {
 			if len(batch) == 0 {
 				break
 			}
-			for _, f := range batch {
+			for i, f := range batch {
+				s.turnSpawns, s.batchLeft = 0, len(batch)-1-i
 				f()
 			}
 		}
@@ -278,7 +282,7 @@ func (s *Supervisor) Sync() {
 		idle := false
 		_ = s.call(func(done func(error)) {
 			s.qmu.Lock()
-			idle = len(s.queue) == 0
+			idle = len(s.queue) == 0 && s.batchLeft == 0
 			s.qmu.Unlock()
 			done(nil)
 		})
@@ -538,7 +542,14 @@ func (s *Supervisor) want(svc *service) {
 	}
 }
 
-// kick spawns every wanted service whose dependencies are ready.
+// kickBatch is how many spawns one turn of the loop makes. A fork and exec
+// takes a millisecond or more, so a thousand services started at once
+// would otherwise hold the loop for seconds while watchdog deadlines,
+// exits and API calls wait behind them.
+const kickBatch = 4
+
+// kick spawns every wanted service whose dependencies are ready, at most
+// kickBatch in this turn of the loop; the rest follow in the next turns.
 func (s *Supervisor) kick() {
 	for progress := true; progress; {
 		progress = false
@@ -551,6 +562,14 @@ func (s *Supervisor) kick() {
 				svc.reason = "waiting for " + blocker
 				continue
 			}
+			if s.turnSpawns >= kickBatch {
+				if !s.kickQueued {
+					s.kickQueued = true
+					s.post(func() { s.kickQueued = false; s.kick() })
+				}
+				return
+			}
+			s.turnSpawns++ // shared with the kicks a spawn may nest (a dependent made ready)
 			s.spawn(svc)
 			progress = progress || svc.state == Running
 		}

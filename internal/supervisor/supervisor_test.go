@@ -26,6 +26,8 @@ type fakeRunner struct {
 	log   []string // "spawn web 101", "signal web 101 terminated", "kill web 101"
 	live  map[string]*fakeInst
 	fail  map[string]error
+	// onStart, if set, is called (with mu held) for every spawn.
+	onStart func(name string)
 }
 
 type fakeInst struct {
@@ -48,6 +50,9 @@ func (r *fakeRunner) Start(svc *config.Service, onExit func(Exit)) (Instance, er
 	in := &fakeInst{r: r, name: svc.Name, pid: 100 + r.pid, onExit: onExit, gone: map[int]bool{}, owns: map[int]bool{}}
 	r.live[svc.Name] = in
 	r.log = append(r.log, fmt.Sprintf("spawn %s %d", svc.Name, in.pid))
+	if r.onStart != nil {
+		r.onStart(svc.Name)
+	}
 	return in, nil
 }
 
@@ -491,4 +496,32 @@ func TestDependentWaitsForFailedDependency(t *testing.T) {
 	delete(h.r.fail, "db")
 	h.advance(100 * time.Millisecond)
 	h.expectLog("spawn db 101", "spawn web 102")
+}
+
+// TestLargeStartLetsOtherEventsIn: a start of many services spawns
+// kickBatch of them per turn of the loop, so an event that arrives
+// meanwhile (a watchdog deadline, an exit, an API call) waits for one
+// batch, not for every spawn.
+func TestLargeStartLetsOtherEventsIn(t *testing.T) {
+	var services []config.Service
+	for i := range 100 {
+		services = append(services, svc(fmt.Sprintf("s%03d", i)))
+	}
+	h := newHarness(t, services...)
+	h.r.onStart = func(name string) {
+		if name == "s000" {
+			h.sup.post(func() { h.r.log = append(h.r.log, "other event") }) // runs on the loop; mu is free then
+		}
+	}
+	h.sup.StartAll()
+	h.sup.Sync()
+	log := h.r.takeLog()
+	if len(log) != 101 || slices.Index(log, "other event") != kickBatch {
+		t.Fatalf("the other event ran at %d of %d: %q", slices.Index(log, "other event"), len(log), log)
+	}
+	for _, s := range h.sup.Services() {
+		if s.State != string(Running) {
+			t.Fatalf("%s is %s after the start", s.Name, s.State)
+		}
+	}
 }
