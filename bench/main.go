@@ -144,6 +144,31 @@ func (d *daemon) status() (status, error) {
 	return st, json.Unmarshal(out, &st)
 }
 
+// waitAllRunning waits until every service runs: the API answers while a
+// large start is still spawning.
+func (d *daemon) waitAllRunning(timeout time.Duration) (status, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := d.status()
+		if err != nil {
+			return st, err
+		}
+		running := 0
+		for _, s := range st.Services {
+			if s.State == "running" && s.PID != 0 {
+				running++
+			}
+		}
+		if running == len(st.Services) {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("%d of %d services running after %v", running, len(st.Services), timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (d *daemon) down() error {
 	out, err := exec.Command(d.bin, "-c", d.config, "down").CombinedOutput()
 	if err != nil {
@@ -265,7 +290,7 @@ crashes = 0
 		return err
 	}
 	defer d.down()
-	st, err := d.status()
+	st, err := d.waitAllRunning(time.Minute)
 	if err != nil {
 		return err
 	}

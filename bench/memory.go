@@ -122,25 +122,8 @@ func checkpointScenario(bin, dir string) error {
 		return err
 	}
 	defer d.down()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		st, err := d.status()
-		if err != nil {
-			return err
-		}
-		running := 0
-		for _, s := range st.Services {
-			if s.State == "running" {
-				running++
-			}
-		}
-		if running == len(st.Services) {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d services running after 2 minutes", running, len(st.Services))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if _, err := d.waitAllRunning(2 * time.Minute); err != nil {
+		return err
 	}
 	var writes, calls []time.Duration
 	var size int64

@@ -30,7 +30,7 @@ func notifyScenario(bin, dir string) error {
 	if err != nil {
 		return err
 	}
-	st, err := d.status()
+	st, err := d.waitAllRunning(2 * time.Minute)
 	if err != nil {
 		return err
 	}
@@ -87,6 +87,9 @@ func notifyScenario(bin, dir string) error {
 	// RSS of the same services without a watchdog.
 	d, err = startDaemon(bin, filepath.Join(dir, "plain"), servicesTOML(*services, ""), nil)
 	if err != nil {
+		return err
+	}
+	if _, err := d.waitAllRunning(2 * time.Minute); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second)
