@@ -543,10 +543,11 @@ func (s *Supervisor) want(svc *service) {
 }
 
 // kickBatch is how many spawns one turn of the loop makes. A fork and exec
-// takes a millisecond or more, so a thousand services started at once
+// takes one to a few milliseconds, so a thousand services started at once
 // would otherwise hold the loop for seconds while watchdog deadlines,
-// exits and API calls wait behind them.
-const kickBatch = 4
+// exits and API calls wait behind them; one spawn per turn costs only a
+// queued function each.
+const kickBatch = 1
 
 // kick spawns every wanted service whose dependencies are ready, at most
 // kickBatch in this turn of the loop; the rest follow in the next turns.
