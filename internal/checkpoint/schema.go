@@ -51,5 +51,6 @@ type Instance struct {
 	StartedAt time.Time `json:"started_at"`
 	Ready     bool      `json:"ready"`
 	Leases    []string  `json:"leases,omitempty"`
-	Cgroup    string    `json:"cgroup,omitempty"`
+	Cgroup    string    `json:"cgroup,omitempty"` // its cgroup directory, where it has one
+	Token     string    `json:"token,omitempty"`  // its VIGIL_INSTANCE value: finds its strays without a cgroup
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vigil-dev/vigil/internal/checkpoint"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/logs"
 	"github.com/vigil-dev/vigil/internal/probe"
@@ -24,6 +25,9 @@ type runner struct {
 	stateDir string
 	notify   string // the sd_notify socket every child is told about
 	log      *slog.Logger
+	// orphanStatus, when set, finds the exit status of an adopted process
+	// that the guardian reaped; without it such an exit is lost.
+	orphanStatus func(pid int) (syscall.WaitStatus, bool)
 }
 
 func (r *runner) Start(svc *config.Service, onExit func(supervisor.Exit)) (supervisor.Instance, error) {
@@ -61,6 +65,30 @@ func (r *runner) Start(svc *config.Service, onExit func(supervisor.Exit)) (super
 	return instance{p}, nil
 }
 
+// Adopt takes over an instance the previous daemon started. Its output
+// already goes to the service's log file (the child holds it open), so
+// only the rotation watch is set up again.
+func (r *runner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func(supervisor.Exit)) (supervisor.Instance, error) {
+	if err := r.rotator.Watch(svc.Name); err != nil {
+		r.log.Warn("log rotation watch", "service", svc.Name, "err", err)
+	}
+	a := proc.Adoptee{Service: svc.Name, Identity: proc.Identity{PID: ref.PID, StartTime: ref.StartTime},
+		PGID: ref.PGID, Cgroup: ref.Cgroup, Token: ref.Token}
+	p, err := r.reaper.Adopt(a, func(e proc.Exit) {
+		x := supervisor.Exit{Status: e.Status, At: e.At, Lost: e.Lost}
+		if e.Lost && r.orphanStatus != nil {
+			if ws, ok := r.orphanStatus(e.PID); ok {
+				x.Status, x.Lost = ws, false
+			}
+		}
+		onExit(x)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return instance{p}, nil
+}
+
 // childEnv is the daemon's environment, the sd_notify variables, then the
 // service's own overrides. WATCHDOG_PID is not set: the child's pid is not
 // known before the fork, and sd_watchdog_enabled(3) accepts any pid when
@@ -91,6 +119,8 @@ func (i instance) Alive(pid int) bool              { return proc.Running(pid) }
 func (i instance) Owns(pid int) bool               { return i.p.Owns(pid) }
 func (i instance) StartTime() uint64               { return i.p.StartTime }
 func (i instance) PGID() int                       { return i.p.PGID }
+func (i instance) Cgroup() string                  { return i.p.Cgroup() }
+func (i instance) Token() string                   { return i.p.Token() }
 func (i instance) SignalMain(pid int, sig syscall.Signal) error {
 	if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
 		return err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/checkpoint"
 )
 
 // Topic names a kind of event; the strings are part of the API (DESIGN §7).
@@ -50,6 +51,9 @@ type Event struct {
 	Reason  string         `json:"reason,omitempty"`
 	Message string         `json:"message,omitempty"`
 	Crash   *apitype.Crash `json:"crash,omitempty"` // crash.detected: the full record
+	// Instance identifies the service's live instance on service.state
+	// events, so recovery finds instances started since the last checkpoint.
+	Instance *checkpoint.Instance `json:"instance,omitempty"`
 }
 
 // Bus fans events out to subscribers. Its zero value is ready to use.

@@ -21,6 +21,9 @@ type Exit struct {
 	PID    int
 	Status syscall.WaitStatus
 	At     time.Time
+	// Lost: the process was adopted, not our child, so its status is
+	// unknown here; Status is zero.
+	Lost bool
 }
 
 // ReaperOptions configures NewReaper; the zero value waits only for the

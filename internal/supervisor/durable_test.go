@@ -10,6 +10,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/checkpoint"
 	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/policy"
 )
 
 // fakeJournal holds every barrier until the test releases it, as a slow
@@ -232,4 +233,94 @@ func TestCheckpointAndBlob(t *testing.T) {
 	if w := st.Services[1]; w.Instance != nil || w.Desired != checkpoint.DesiredStopped {
 		t.Fatalf("stopped web %+v", w)
 	}
+}
+
+// TestRestoreAndAdopt is the supervisor's half of recovery: what the
+// checkpoint kept is restored, survivors are adopted (not started), their
+// watchdogs count from the adoption, and StartAll starts only the rest.
+func TestRestoreAndAdopt(t *testing.T) {
+	t.Parallel()
+	web := notifySvc("web")
+	web.Watchdog = time.Second
+	flaky := svc("flaky")
+	flaky.CrashLoop.Cooldown = 0
+	h := newHarness(t, web, svc("db"), flaky, svc("idle"))
+	h.r.alive = map[int]bool{500: true}
+	now := h.clk.Now()
+	h.sup.Restore([]checkpoint.Service{
+		{Name: "web", Desired: checkpoint.DesiredRunning, Restarts: 3, Blob: []byte(`{"n":1}`)},
+		{Name: "db", Desired: checkpoint.DesiredStopped},
+		{Name: "flaky", Desired: checkpoint.DesiredRunning, Tracker: policy.Tracker{Breaker: policy.BreakerOpen, OpenedAt: now}},
+		{Name: "gone-from-config", Desired: checkpoint.DesiredRunning},
+	})
+	if err := h.sup.Adopt("web", checkpoint.Instance{PID: 500, StartTime: 9, PGID: 500, StartedAt: now.Add(-time.Hour), Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sup.Adopt("idle", checkpoint.Instance{PID: 501, StartTime: 9, PGID: 501, StartedAt: now}); err == nil {
+		t.Fatal("adopted a pid that is gone")
+	}
+	if err := h.sup.Adopt("web", checkpoint.Instance{PID: 500, StartTime: 9, PGID: 500, StartedAt: now}); !errors.Is(err, apitype.ErrFailedPrecondition) {
+		t.Fatalf("second adoption of web: %v", err)
+	}
+	h.sup.StartAll()
+	h.expectLog("adopt web 500", "spawn idle 101")
+	s := h.expectState("web", Running)
+	if s.PID != 500 || s.Restarts != 3 || !s.Ready || s.Reason != reasonAdopted {
+		t.Fatalf("adopted web: %+v", s)
+	}
+	h.expectState("db", Stopped)
+	if s := h.expectState("flaky", Failed); s.Breaker != "open" {
+		t.Fatalf("flaky breaker %q", s.Breaker)
+	}
+	if st := h.sup.Checkpoint(); string(st.Services[0].Blob) != `{"n":1}` || st.Services[1].Desired != checkpoint.DesiredStopped {
+		t.Fatalf("checkpoint after restore: %+v", st.Services)
+	}
+
+	// The watchdog counts from the adoption: a hung survivor is still caught.
+	h.advance(2*time.Second - time.Millisecond)
+	h.expectLog()
+	h.advance(time.Millisecond)
+	h.expectLog("signal-main web 500 aborted")
+
+	// An adopted instance's end has no status: lost, a crash, restarted.
+	h.r.mu.Lock()
+	in := h.r.live["web"]
+	delete(h.r.live, "web")
+	h.r.mu.Unlock()
+	in.onExit(Exit{Lost: true, At: h.clk.Now()})
+	h.sup.Sync()
+	s = h.expectState("web", Backoff)
+	if s.LastExit.Class != "unresponsive" {
+		t.Fatalf("a hung adopted instance's end: %+v", s.LastExit)
+	}
+
+	// The operator's start of a held service works as ever.
+	if err := h.sup.Start("db"); err != nil {
+		t.Fatal(err)
+	}
+	h.expectState("db", Running)
+}
+
+// TestLostExitIsACrash: an adopted instance that ends on its own, with
+// no status to be had, is classed lost and restarted.
+func TestLostExitIsACrash(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, svc("web"))
+	h.r.alive = map[int]bool{700: true}
+	if err := h.sup.Adopt("web", checkpoint.Instance{PID: 700, StartTime: 1, PGID: 700, StartedAt: h.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	h.sup.Sync()
+	h.r.mu.Lock()
+	in := h.r.live["web"]
+	delete(h.r.live, "web")
+	h.r.mu.Unlock()
+	in.onExit(Exit{Lost: true, At: h.clk.Now()})
+	h.sup.Sync()
+	s := h.expectState("web", Backoff)
+	if s.LastExit.Class != "lost" || s.CrashesInWindow != 1 {
+		t.Fatalf("lost exit: %+v %+v", s, s.LastExit)
+	}
+	h.advance(100 * time.Millisecond)
+	h.expectLog("adopt web 700", "killall web 700", "spawn web 101")
 }

@@ -19,7 +19,7 @@ const (
 // successors lists every legal transition. Anything else is a bug in the
 // supervisor, reported as an error rather than silently applied.
 var successors = map[State][]State{
-	Stopped:  {Starting},
+	Stopped:  {Starting, Failed}, // Failed: restored from a checkpoint with its breaker open
 	Starting: {Running, Stopping, Backoff, Exited, Failed, Stopped},
 	Running:  {Stopping, Backoff, Exited, Failed, Starting},
 	Stopping: {Stopped, Starting, Backoff, Exited, Failed},

@@ -43,12 +43,18 @@ type Runner interface {
 	// come even before Start returns: the supervisor queues it on its loop,
 	// which handles it only after Start's result.
 	Start(svc *config.Service, onExit func(Exit)) (Instance, error)
+	// Adopt takes over ref, a live instance of svc that a previous daemon
+	// started; onExit as for Start. A process that is gone, or whose pid
+	// now names another process, is an error.
+	Adopt(svc *config.Service, ref checkpoint.Instance, onExit func(Exit)) (Instance, error)
 }
 
 // Exit is how an instance's main process ended.
 type Exit struct {
 	Status syscall.WaitStatus
 	At     time.Time
+	// Lost: an adopted instance ended and its status cannot be known.
+	Lost bool
 }
 
 // Instance is a started process tree.
@@ -72,6 +78,10 @@ type Instance interface {
 	StartTime() uint64
 	// PGID is the instance's process group.
 	PGID() int
+	// Cgroup and Token find the instance's processes after a daemon crash
+	// (see checkpoint.Instance).
+	Cgroup() string
+	Token() string
 }
 
 // Options configures New. Runner is required; every other zero value works.
@@ -169,6 +179,10 @@ type service struct {
 	unjournaled     int
 	deferredRestart func()
 	blob            []byte // the service's own state, for the checkpoint
+
+	// held: the operator stopped it before the daemon's crash, so
+	// StartAll leaves it stopped; start, restart and reset clear it.
+	held bool
 }
 
 type instance struct {
@@ -312,7 +326,7 @@ func (s *Supervisor) StartAll() {
 		s.stopAll = false
 		for _, name := range s.order {
 			svc := s.services[name]
-			if svc.cfg.Autostart && svc.state == Stopped {
+			if svc.cfg.Autostart && svc.state == Stopped && !svc.held {
 				s.want(svc)
 			}
 		}
@@ -364,7 +378,7 @@ func (s *Supervisor) Stop(name string) error {
 // It returns once the new instance has been spawned.
 func (s *Supervisor) Restart(name string) error {
 	return s.onService(name, "restart", true, func(svc *service, done func(error)) {
-		svc.want = true
+		svc.want, svc.held = true, false
 		svc.onStarted = append(svc.onStarted, done)
 		s.restart(svc)
 	})
@@ -530,7 +544,7 @@ func (s *Supervisor) lookup(name string) (*service, error) {
 // want marks svc and everything it depends on as wanted, moving stopped
 // ones to Starting; kick then spawns them as their dependencies allow.
 func (s *Supervisor) want(svc *service) {
-	svc.want = true
+	svc.want, svc.held = true, false
 	switch svc.state {
 	case Stopped, Exited, Failed:
 		s.move(svc, Starting, "")
@@ -658,6 +672,9 @@ func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
 	inst.h.Release()
 
 	pe := policy.Classify(e.Status, inst.stopRequested, svc.cfg.SuccessExit)
+	if e.Lost && !inst.stopRequested {
+		pe = policy.Exit{Class: policy.ClassLost}
+	}
 	if inst.failClass != "" && !inst.stopRequested {
 		pe.Class = inst.failClass
 	}
@@ -701,18 +718,11 @@ func (s *Supervisor) decided(svc *service, class policy.Class, d policy.Decision
 	now := s.clock.Now()
 	switch {
 	case d.Tripped || svc.tracker.Breaker == policy.BreakerOpen:
-		svc.recovery = ManualActionRequired
-		s.move(svc, Failed, string(d.Reason))
+		s.failed(svc, d.Reason)
 		s.bus.Publish(event.Event{Time: now, Topic: event.BreakerTripped, Service: svc.cfg.Name,
 			Reason: string(d.Reason), Exit: svc.lastExit})
 		s.log.Warn("crash loop: manual action required", "service", svc.cfg.Name,
 			"crashes", svc.tracker.CrashesInWindow(svc.pol, now))
-		if until, ok := svc.tracker.CooldownDue(svc.pol); ok {
-			s.scheduleRestart(svc, until.Sub(now), func() {
-				svc.tracker.HalfOpen()
-				s.move(svc, Starting, string(policy.ReasonHalfOpenTrial))
-			})
-		}
 	case d.Restart:
 		if class.IsCrash() {
 			svc.recovery = ObservedFailure
@@ -728,6 +738,20 @@ func (s *Supervisor) decided(svc *service, class policy.Class, d policy.Decision
 		}
 		s.move(svc, Exited, string(d.Reason))
 		s.finishStopped(svc)
+	}
+}
+
+// failed parks svc with its breaker open until an operator's reset, or
+// until its cooldown lets one trial start through.
+func (s *Supervisor) failed(svc *service, reason policy.Reason) {
+	now := s.clock.Now()
+	svc.recovery = ManualActionRequired
+	s.move(svc, Failed, string(reason))
+	if until, ok := svc.tracker.CooldownDue(svc.pol); ok {
+		s.scheduleRestart(svc, until.Sub(now), func() {
+			svc.tracker.HalfOpen()
+			s.move(svc, Starting, string(policy.ReasonHalfOpenTrial))
+		})
 	}
 }
 
@@ -906,6 +930,9 @@ func (s *Supervisor) publish(svc *service, topic event.Topic, from State, msg st
 		From: string(from), Reason: svc.reason, Message: msg}
 	if svc.inst != nil {
 		e.PID = svc.inst.pid
+		if topic == event.ServiceState {
+			e.Instance = svc.inst.ref(svc)
+		}
 	}
 	s.bus.Publish(e)
 }
@@ -1088,23 +1115,32 @@ func (s *Supervisor) Checkpoint() checkpoint.State {
 				cs.Desired = checkpoint.DesiredRunning
 			}
 			if inst := svc.inst; inst != nil {
-				cs.Instance = &checkpoint.Instance{
-					PID:       inst.pid,
-					StartTime: inst.h.StartTime(),
-					PGID:      inst.h.PGID(),
-					StartedAt: inst.startedAt,
-					Ready:     svc.ready,
-					Leases:    slices.Clone(inst.leases),
-				}
-				if inst.mainPID != inst.pid {
-					cs.Instance.MainPID = inst.mainPID
-				}
+				cs.Instance = inst.ref(svc)
 			}
 			st.Services = append(st.Services, cs)
 		}
 		done(nil)
 	})
 	return st
+}
+
+// ref describes inst for the checkpoint and the journal: enough to find
+// and adopt it after the daemon's own death.
+func (inst *instance) ref(svc *service) *checkpoint.Instance {
+	r := &checkpoint.Instance{
+		PID:       inst.pid,
+		StartTime: inst.h.StartTime(),
+		PGID:      inst.h.PGID(),
+		StartedAt: inst.startedAt,
+		Ready:     svc.ready,
+		Leases:    slices.Clone(inst.leases),
+		Cgroup:    inst.h.Cgroup(),
+		Token:     inst.h.Token(),
+	}
+	if inst.mainPID != inst.pid {
+		r.MainPID = inst.mainPID
+	}
+	return r
 }
 
 // MaxBlob is the largest per-service state blob SetBlob accepts.

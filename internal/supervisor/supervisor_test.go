@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/checkpoint"
 	"github.com/vigil-dev/vigil/internal/clock"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
@@ -28,6 +29,7 @@ type fakeRunner struct {
 	fail  map[string]error
 	// onStart, if set, is called (with mu held) for every spawn.
 	onStart func(name string)
+	alive   map[int]bool // pids Adopt may take over
 }
 
 type fakeInst struct {
@@ -56,6 +58,20 @@ func (r *fakeRunner) Start(svc *config.Service, onExit func(Exit)) (Instance, er
 	return in, nil
 }
 
+// Adopt takes over a live instance (the previous daemon's): it must be
+// listed in alive, as /proc would say.
+func (r *fakeRunner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func(Exit)) (Instance, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.alive[ref.PID] {
+		return nil, fmt.Errorf("pid %d is gone", ref.PID)
+	}
+	in := &fakeInst{r: r, name: svc.Name, pid: ref.PID, onExit: onExit, gone: map[int]bool{}, owns: map[int]bool{}}
+	r.live[svc.Name] = in
+	r.log = append(r.log, fmt.Sprintf("adopt %s %d", svc.Name, in.pid))
+	return in, nil
+}
+
 func (f *fakeInst) PID() int { return f.pid }
 func (f *fakeInst) Signal(sig syscall.Signal) error {
 	f.r.record(fmt.Sprintf("signal %s %d %s", f.name, f.pid, sig))
@@ -63,6 +79,8 @@ func (f *fakeInst) Signal(sig syscall.Signal) error {
 }
 func (f *fakeInst) StartTime() uint64 { return uint64(f.pid) * 100 }
 func (f *fakeInst) PGID() int         { return f.pid }
+func (f *fakeInst) Cgroup() string    { return "/cg/" + f.name }
+func (f *fakeInst) Token() string     { return fmt.Sprint("t", f.pid) }
 func (f *fakeInst) KillAll() int      { f.r.record(fmt.Sprintf("killall %s %d", f.name, f.pid)); return 0 }
 func (f *fakeInst) Release()          {}
 func (f *fakeInst) SignalMain(pid int, sig syscall.Signal) error {

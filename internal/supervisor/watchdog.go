@@ -220,12 +220,15 @@ func (s *Supervisor) runCheck(kind config.ReadyKind, url, addr string, cmd []str
 
 // becameReady makes a started instance Running and arms its watchdog and
 // liveness probe.
-func (s *Supervisor) becameReady(svc *service, inst *instance) {
+func (s *Supervisor) becameReady(svc *service, inst *instance) { s.readyBecause(svc, inst, "") }
+
+// readyBecause is becameReady with the reason the state change shows.
+func (s *Supervisor) readyBecause(svc *service, inst *instance, reason string) {
 	stopTimer(&inst.startTimer)
 	stopTimer(&inst.checkTimer)
 	svc.ready = true
 	inst.hb.beat(s.clock.Now())
-	s.move(svc, Running, "")
+	s.move(svc, Running, reason)
 	s.armWatchdog(svc, inst)
 	if p := svc.cfg.Liveness; p != nil {
 		inst.probeTimer = s.clock.AfterFunc(p.InitialDelay, func() { s.post(func() { s.probe(svc, inst) }) })

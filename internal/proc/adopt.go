@@ -1,0 +1,136 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrGone is returned by Adopt when the process to adopt has ended, or
+// its pid now belongs to another process.
+var ErrGone = errors.New("proc: process is gone or its pid was reused")
+
+// Adoptee names a live instance another daemon started: after that
+// daemon's death its processes are no longer our children.
+type Adoptee struct {
+	Service string
+	// Identity is the main process: pid plus start time.
+	Identity
+	// PGID is the instance's process group.
+	PGID int
+	// Cgroup is the cgroup directory the instance runs in; "" when it has none.
+	Cgroup string
+	// Token is the instance's VIGIL_INSTANCE value, which finds its strays
+	// in /proc when it has no cgroup.
+	Token string
+}
+
+// Adopt watches a's main process and returns its Process. A process that
+// is not our child cannot be waited for: its end is seen through a pidfd
+// in the Go runtime's poller (no thread, no polling loop), and onExit gets
+// an Exit with Lost set, since only whoever reaps it learns its status.
+func (r *Reaper) Adopt(a Adoptee, onExit func(Exit)) (*Process, error) {
+	if !a.Identity.Alive() {
+		return nil, fmt.Errorf("%w: pid %d", ErrGone, a.PID)
+	}
+	fd, err := unix.PidfdOpen(a.PID, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return nil, fmt.Errorf("%w: pid %d", ErrGone, a.PID)
+		}
+		return nil, fmt.Errorf("proc: adopt pid %d: pidfd_open: %w", a.PID, err)
+	}
+	// The pid may have been reused between the check and the open; the
+	// pidfd pins whatever it opened, so a second check settles it.
+	if !a.Identity.Alive() {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%w: pid %d", ErrGone, a.PID)
+	}
+	p := &Process{Identity: a.Identity, PGID: a.PGID, Service: a.Service, token: a.Token}
+	if a.Cgroup != "" {
+		p.cg = &cgroup{dir: a.Cgroup}
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	go func() {
+		defer f.Close()
+		waitPidfd(f)
+		onExit(Exit{PID: a.PID, At: r.opts.Now(), Lost: true})
+	}()
+	return p, nil
+}
+
+// waitPidfd returns once the process behind the pidfd f has ended.
+func waitPidfd(f *os.File) {
+	ended := func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	}
+	if rc, err := f.SyscallConn(); err == nil {
+		if rc.Read(ended) == nil {
+			return
+		}
+	}
+	// Not in the poller (it should always be): block a thread instead.
+	fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// Cgroup is the instance's cgroup directory; "" when it has none.
+func (p *Process) Cgroup() string {
+	if p.cg == nil {
+		return ""
+	}
+	return p.cg.dir
+}
+
+// Token is the instance's VIGIL_INSTANCE value.
+func (p *Process) Token() string { return p.token }
+
+// KillLeftovers SIGKILLs what is left of a dead instance another daemon
+// started, and reports how many processes it found: the members of its
+// cgroup, or, without one, the processes that carry its token. Processes
+// that merely share its old process group are left alone, since that pid
+// may belong to an unrelated process by now.
+func KillLeftovers(a Adoptee) int {
+	var pids []int
+	if a.Cgroup != "" {
+		if got, err := (&cgroup{dir: a.Cgroup}).procs(); err == nil {
+			pids = got
+		}
+	}
+	if pids == nil && a.Token != "" {
+		pids = withToken(a.Token)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(pids)
+}
+
+// withToken lists the live processes whose environment carries token.
+func withToken(token string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if Running(pid) && hasToken(pid, token) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -1,0 +1,111 @@
+package proc
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestAdopt: a second reaper (the next daemon) adopts an instance the
+// first one started, sees it end through its pidfd, and can kill every
+// process of it, background children included.
+func TestAdopt(t *testing.T) {
+	t.Parallel()
+	first := newReaper(t, ReaperOptions{Cgroups: true})
+	orig, _ := spawn(t, first, Spec{Service: "adoptee", Path: "/bin/sh",
+		Args: []string{"sh", "-c", "sleep 1000 & exec sleep 1000"}})
+	a := Adoptee{Service: "adoptee", Identity: orig.Identity, PGID: orig.PGID, Cgroup: orig.Cgroup(), Token: orig.Token()}
+	if first.UsesCgroups() != (a.Cgroup != "") {
+		t.Fatalf("cgroup %q with cgroups %v", a.Cgroup, first.UsesCgroups())
+	}
+	waitMembers(t, orig, 2)
+
+	next := newReaper(t, ReaperOptions{})
+	ended := make(chan Exit, 1)
+	adopted, err := next.Adopt(a, func(e Exit) { ended <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(adopted.Members()); got != 2 {
+		t.Fatalf("adopted instance has %d members, want 2", got)
+	}
+	select {
+	case e := <-ended:
+		t.Fatalf("exit %+v before the process ended", e)
+	default:
+	}
+	began := time.Now()
+	if n := adopted.KillAll(); n != 2 {
+		t.Fatalf("KillAll killed %d processes, want 2", n)
+	}
+	select {
+	case e := <-ended:
+		if !e.Lost || e.PID != a.PID || e.Status != 0 {
+			t.Fatalf("exit %+v, want a lost exit of pid %d", e, a.PID)
+		}
+		if d := time.Since(began); d > 2*time.Second {
+			t.Fatalf("exit seen %v after the kill", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adopted process's end was not seen within 10s")
+	}
+	waitMembers(t, orig, 0)
+}
+
+// TestAdoptRefusesAReusedPid: an identity whose start time does not match
+// is another process now, and a pid that is gone is gone.
+func TestAdoptRefusesAReusedPid(t *testing.T) {
+	t.Parallel()
+	r := newReaper(t, ReaperOptions{})
+	p, _ := spawn(t, r, Spec{Service: "x", Path: "/bin/sleep", Args: []string{"sleep", "1000"}})
+	reused := Adoptee{Service: "x", Identity: Identity{PID: p.PID, StartTime: p.StartTime + 1}, PGID: p.PGID}
+	if _, err := r.Adopt(reused, func(Exit) { t.Error("exit of a process never adopted") }); !errors.Is(err, ErrGone) {
+		t.Fatalf("adopting a reused pid: %v", err)
+	}
+	p.KillAll()
+	gone := Adoptee{Service: "x", Identity: p.Identity, PGID: p.PGID}
+	deadline := time.Now().Add(10 * time.Second)
+	for gone.Identity.Alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("killed process still alive")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := r.Adopt(gone, func(Exit) { t.Error("exit of a process never adopted") }); !errors.Is(err, ErrGone) {
+		t.Fatalf("adopting a dead pid: %v", err)
+	}
+}
+
+func waitMembers(t *testing.T, p *Process, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(p.Members()) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d members, want %d", len(p.Members()), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestKillLeftovers: what is left of a dead instance (its main process
+// gone, a background child still running) is found by cgroup or token and
+// killed; a process that only shares the old process group is not.
+func TestKillLeftovers(t *testing.T) {
+	t.Parallel()
+	for _, cgroups := range []bool{true, false} {
+		r := newReaper(t, ReaperOptions{Cgroups: cgroups})
+		p, exited := spawn(t, r, Spec{Service: "left", Path: "/bin/sh",
+			Args: []string{"sh", "-c", "sleep 1000 & echo $! >/dev/null; exit 0"}})
+		<-exited
+		waitMembers(t, p, 1)
+		a := Adoptee{Service: "left", Identity: p.Identity, PGID: p.PGID, Cgroup: p.Cgroup(), Token: p.Token()}
+		if n := KillLeftovers(a); n != 1 {
+			t.Fatalf("cgroups %v: KillLeftovers found %d processes, want the background sleep", cgroups, n)
+		}
+		waitMembers(t, p, 0)
+		// Nothing of it is left: a second call finds nothing.
+		if n := KillLeftovers(Adoptee{Service: "left", PGID: p.PGID, Token: p.Token()}); n != 0 {
+			t.Fatalf("cgroups %v: %d leftovers after the kill", cgroups, n)
+		}
+	}
+}
