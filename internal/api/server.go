@@ -36,6 +36,10 @@ type Controller interface {
 	Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
 	// SetState stores a service's own state blob (JSON) for the checkpoint.
 	SetState(name string, state []byte) error
+	// Recovery is the daemon's own recovery state; RetryRecovery resumes
+	// a recovery whose stage failed.
+	Recovery() (apitype.Recovery, error)
+	RetryRecovery(ctx context.Context) (apitype.Recovery, error)
 }
 
 // Listen creates the control socket at path with mode 0600. The caller holds
@@ -170,6 +174,14 @@ func NewServer(c Controller, logger *slog.Logger) *Server {
 			return
 		}
 		reply(w, map[string]string{"service": r.PathValue("name")}, c.SetState(r.PathValue("name"), body))
+	})
+	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
+		st, err := c.Recovery()
+		reply(w, st, err)
+	})
+	mux.HandleFunc("POST /v1/recovery/retry", func(w http.ResponseWriter, r *http.Request) {
+		st, err := c.RetryRecovery(r.Context())
+		reply(w, st, err)
 	})
 	mux.HandleFunc("POST /v1/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		c.Shutdown()

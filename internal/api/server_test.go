@@ -100,6 +100,14 @@ func (f *fake) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
 	f.record("checkpoint")
 	return apitype.CheckpointInfo{Generation: 7, Size: 123}, nil
 }
+func (f *fake) Recovery() (apitype.Recovery, error) {
+	f.record("recovery")
+	return apitype.Recovery{Stage: "live", History: []apitype.RecoveryTransition{}}, nil
+}
+func (f *fake) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
+	f.record("retry")
+	return apitype.Recovery{}, apitype.Errorf(apitype.CodeFailedPrecondition, "recovery is live: nothing to retry")
+}
 func (f *fake) SetState(name string, state []byte) error {
 	f.record("state " + name + " " + string(state))
 	return f.verb("state", name)
@@ -199,12 +207,18 @@ func TestEveryRoute(t *testing.T) {
 	if err := c.SetState(ctx, "invalid_argument", []byte(`x`)); !errors.Is(err, apitype.ErrInvalidArgument) {
 		t.Fatalf("set state error: %v", err)
 	}
+	if st, err := c.Recovery(ctx); err != nil || st.Stage != "live" {
+		t.Fatalf("recovery %+v, %v", st, err)
+	}
+	if _, err := c.RetryRecovery(ctx); !errors.Is(err, apitype.ErrFailedPrecondition) {
+		t.Fatalf("retry error: %v", err)
+	}
 	if err := c.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-f.shutdown
 	want := `status start web stop web restart web reset web reload checkpoint state web {"cursor":12} state web ` +
-		`state invalid_argument x state invalid_argument shutdown`
+		`state invalid_argument x state invalid_argument recovery retry shutdown`
 	if got := strings.Join(f.Calls(), " "); got != want {
 		t.Fatalf("controller saw %q, want %q", got, want)
 	}

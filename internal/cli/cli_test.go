@@ -160,6 +160,13 @@ func (f *fakeDaemon) Shutdown() {}
 func (f *fakeDaemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error) {
 	return apitype.CheckpointInfo{Path: "/s/checkpoint.json", Generation: 4, Size: 812, DurationMS: 1.5}, f.record("checkpoint")
 }
+func (f *fakeDaemon) Recovery() (apitype.Recovery, error) {
+	return apitype.Recovery{Stage: "restoring", Attempt: 2, LastError: "boom", History: []apitype.RecoveryTransition{
+		{From: "crashed", To: "detecting", Attempt: 1, At: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}}}, f.record("recovery")
+}
+func (f *fakeDaemon) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
+	return apitype.Recovery{Stage: "live", History: []apitype.RecoveryTransition{}}, f.record("retry")
+}
 func (f *fakeDaemon) SetState(name string, state []byte) error {
 	return f.record("state " + name + " " + string(state))
 }
@@ -206,6 +213,9 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 		{[]string{"start", "nope"}, 1, "", "vigil: unknown service \"nope\"\n"},
 		{[]string{"reload"}, 0, "vigil: reloaded: added db cache, removed none, changed web, unchanged 2\n", ""},
 		{[]string{"checkpoint", "now"}, 0, "vigil: checkpoint written: /s/checkpoint.json, generation 4, 812 bytes in 1.50ms\n", ""},
+		{[]string{"recovery", "status"}, 0, "recovery: restoring (attempt 2): boom\n  " +
+			time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).Local().Format("15:04:05.000") + "  crashed → detecting  attempt 1\n", ""},
+		{[]string{"recovery", "retry"}, 0, "recovery: live (no recovery in progress)\n", ""},
 	} {
 		exit, stdout, stderr := run(append([]string{"--state-dir", dir}, tc.args...)...)
 		if exit != tc.exit || stdout != tc.stdout || stderr != tc.stderr {
@@ -215,7 +225,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint" {
+	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint, recovery, retry" {
 		t.Errorf("the daemon was asked: %s", got)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/notify"
 	"github.com/vigil-dev/vigil/internal/probe"
 	"github.com/vigil-dev/vigil/internal/proc"
+	"github.com/vigil-dev/vigil/internal/recovery"
 	"github.com/vigil-dev/vigil/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
@@ -198,8 +199,19 @@ func Run(ctx context.Context, opts Options) (err error) {
 		_ = srv.Shutdown(sctx)
 	}()
 
-	d.restoreBlobs()
-	d.sup.StartAll()
+	d.recovery = d.newRecovery()
+	switch needed, err := d.recoveryNeeded(); {
+	case needed:
+		if err != nil {
+			log.Error("recovery state unreadable; recovering from the start", "err", err)
+		}
+		if _, err := d.recovery.Run(ctx); err != nil {
+			log.Error("recovery stopped: `vigil recovery retry` resumes it", "err", err)
+		}
+	default:
+		d.restoreBlobs()
+		d.sup.StartAll()
+	}
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
 	d.mem.startScheduler(schedCtx, cfg.Checkpoint, d.sup)
@@ -237,6 +249,7 @@ type daemon struct {
 	prefixer  *logs.Prefixer
 	notify    *notify.Server
 	mem       *memory
+	recovery  *recovery.Machine
 	startedAt time.Time
 	cfg       atomic.Pointer[config.Config]
 	reloadMu  sync.Mutex
@@ -251,7 +264,7 @@ func (d *daemon) Status() apitype.Status {
 			PID:           os.Getpid(),
 			Version:       Version,
 			StartedAt:     d.startedAt,
-			RecoveryStage: "live",
+			RecoveryStage: d.recoveryStage(),
 			Config:        cfg.Path,
 			StateDir:      cfg.StateDir,
 			Notify:        d.notifyStats(),
@@ -322,6 +335,54 @@ func (d *daemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
 }
 
 func (d *daemon) SetState(name string, state []byte) error { return d.sup.SetBlob(name, state) }
+
+// recoveryStage is the daemon's recovery stage for status: live unless a
+// recovery runs or has failed.
+func (d *daemon) recoveryStage() string {
+	if d.recovery == nil {
+		return string(recovery.Live)
+	}
+	st, err := d.recovery.Status()
+	if err != nil {
+		return string(recovery.Live)
+	}
+	return string(st.Stage)
+}
+
+func (d *daemon) Recovery() (apitype.Recovery, error) {
+	if d.recovery == nil {
+		return apitype.Recovery{Stage: string(recovery.Live), History: []apitype.RecoveryTransition{}}, nil
+	}
+	st, err := d.recovery.Status()
+	if err != nil {
+		return apitype.Recovery{}, apitype.Errorf(apitype.CodeUnavailable, "recovery state: %v", err)
+	}
+	return recoveryView(st), nil
+}
+
+func (d *daemon) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
+	if d.recovery == nil {
+		return apitype.Recovery{}, apitype.Errorf(apitype.CodeUnavailable, "the daemon is still starting")
+	}
+	st, err := d.recovery.Retry(context.WithoutCancel(ctx))
+	switch {
+	case errors.Is(err, recovery.ErrNotFailed):
+		return recoveryView(st), apitype.Errorf(apitype.CodeFailedPrecondition, "recovery is %s: nothing to retry", st.Stage)
+	case err != nil:
+		return recoveryView(st), apitype.Errorf(apitype.CodeFailedPrecondition, "%v", err)
+	}
+	return recoveryView(st), nil
+}
+
+func recoveryView(st recovery.State) apitype.Recovery {
+	out := apitype.Recovery{Stage: string(st.Stage), Attempt: st.Attempt, LastError: st.LastError,
+		StartedAt: st.StartedAt, History: []apitype.RecoveryTransition{}}
+	for _, t := range st.History {
+		out.History = append(out.History, apitype.RecoveryTransition{From: string(t.From), To: string(t.To),
+			At: t.At, Attempt: t.Attempt, Error: t.Error})
+	}
+	return out
+}
 
 // restoreBlobs gives each service back the state it kept in the previous
 // checkpoint.

@@ -36,6 +36,9 @@ type memory struct {
 
 	// cleanBefore: the journal's newest record was a clean shutdown.
 	cleanBefore bool
+	// lastSeq is the previous daemons' newest journal record.
+	lastSeq uint64
+	fsys    fsutil.FS
 	previous    *checkpoint.Loaded // nil when none could be read
 
 	failing atomic.Bool // the last journal write failed
@@ -53,6 +56,10 @@ func openMemory(cfg *config.Config, fsys fsutil.FS, bus *event.Bus, log *slog.Lo
 	newest, _, err := (&journal.Reader{Dir: dir, FS: fsys}).Newest(journal.Query{Limit: 1})
 	firstRun := errors.Is(err, fs.ErrNotExist)
 	m.cleanBefore = firstRun || (err == nil && (len(newest) == 0 || newest[0].Type == journal.TypeShutdown))
+	if len(newest) == 1 {
+		m.lastSeq = newest[0].Seq
+	}
+	m.fsys = fsys
 	m.journal, err = journal.Open(journal.Options{
 		Dir:         dir,
 		FS:          fsys,

@@ -36,6 +36,8 @@ const (
 	// only published for a clean shutdown.
 	DaemonStarted Topic = "daemon.started"
 	DaemonStopped Topic = "daemon.stopped"
+	// RecoveryStage: the daemon's own recovery moved to State from From.
+	RecoveryStage Topic = "recovery.stage"
 )
 
 // Event is one thing that happened.

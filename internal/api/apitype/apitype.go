@@ -104,6 +104,25 @@ type Crash struct {
 	Action    string    `json:"action"`   // what vigil did: "restart in 1s", "manual_action_required", "left down: …"
 }
 
+// Recovery is the daemon's own recovery after an unclean stop: the body of
+// GET /v1/recovery and POST /v1/recovery/retry.
+type Recovery struct {
+	Stage     string               `json:"stage"` // "live" when none runs
+	Attempt   int                  `json:"attempt,omitempty"`
+	LastError string               `json:"last_error,omitempty"`
+	StartedAt time.Time            `json:"started_at,omitzero"`
+	History   []RecoveryTransition `json:"history"`
+}
+
+// RecoveryTransition is one step of a recovery.
+type RecoveryTransition struct {
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Error   string    `json:"error,omitempty"`
+}
+
 // ReloadResult says what a reload changed.
 type ReloadResult struct {
 	Added     []string `json:"added"`

@@ -159,3 +159,17 @@ func (c *Client) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
 func (c *Client) SetState(ctx context.Context, name string, state []byte) error {
 	return c.doBody(ctx, "PUT", "/v1/services/"+url.PathEscape(name)+"/state", state, nil)
 }
+
+// Recovery returns the daemon's own recovery state.
+func (c *Client) Recovery(ctx context.Context) (apitype.Recovery, error) {
+	var out apitype.Recovery
+	err := c.do(ctx, "GET", "/v1/recovery", &out)
+	return out, err
+}
+
+// RetryRecovery resumes a recovery whose stage failed and returns where it ended.
+func (c *Client) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
+	var out apitype.Recovery
+	err := c.do(ctx, "POST", "/v1/recovery/retry", &out)
+	return out, err
+}
