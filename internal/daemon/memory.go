@@ -37,9 +37,9 @@ type memory struct {
 	// cleanBefore: the journal's newest record was a clean shutdown.
 	cleanBefore bool
 	// lastSeq is the previous daemons' newest journal record.
-	lastSeq uint64
-	fsys    fsutil.FS
-	previous    *checkpoint.Loaded // nil when none could be read
+	lastSeq  uint64
+	fsys     fsutil.FS
+	previous *checkpoint.Loaded // nil when none could be read
 
 	failing atomic.Bool // the last journal write failed
 
