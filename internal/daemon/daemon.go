@@ -250,6 +250,7 @@ type daemon struct {
 	notify    *notify.Server
 	mem       *memory
 	recovery  *recovery.Machine
+	restored  bool // recovery's restoring step has run in this process
 	startedAt time.Time
 	cfg       atomic.Pointer[config.Config]
 	reloadMu  sync.Mutex

@@ -23,6 +23,7 @@ import (
 // DAEMON_TEST_STATUS set it asks that socket for the status and prints the
 // error it gets.
 func TestMain(m *testing.M) {
+	recoveryHelper()
 	helperMain()
 	if sock := os.Getenv("DAEMON_TEST_STATUS"); sock != "" {
 		_, err := (&client.Client{SocketPath: sock}).Status(context.Background())
@@ -456,5 +457,27 @@ func TestAnotherUserIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "permission denied on "+p.c.SocketPath+": the daemon belongs to another user") {
 		t.Fatalf("message: %s", out)
+	}
+}
+
+// TestServiceEnvReplacesInherited: a variable the service sets replaces
+// the daemon's own, not a duplicate after it, which getenv would not see.
+func TestServiceEnvReplacesInherited(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("HOME") == "" {
+		t.Skip("HOME is not set for the daemon to pass on")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "env.out")
+	p := startProject(t, fmt.Sprintf(`
+[services.show]
+command = "env | grep -c '^HOME=' > %[1]s; printenv HOME >> %[1]s"
+restart = "never"
+env = { HOME = "/from-config" }
+`, out))
+	p.waitFor("show", 10*time.Second, "exited", func(s apitype.Service) bool { return s.State == "exited" })
+	b, err := os.ReadFile(out)
+	if err != nil || string(b) != "1\n/from-config\n" {
+		t.Fatalf("the service saw %q (%v), want one HOME, the config's", b, err)
 	}
 }

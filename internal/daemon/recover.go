@@ -174,6 +174,7 @@ func (d *daemon) restore(ctx context.Context, st *recovery.State) error {
 	if st.Data, err = json.Marshal(inv); err != nil {
 		return err
 	}
+	d.restored = true
 	return ctx.Err()
 }
 
@@ -181,6 +182,13 @@ func (d *daemon) restore(ctx context.Context, st *recovery.State) error {
 // config no longer has), records each death as a lost crash, and starts
 // every service that has no instance, in dependency order.
 func (d *daemon) reconcile(ctx context.Context, st *recovery.State) error {
+	if !d.restored {
+		// Resumed here after a kill: restoring's work lived in the dead
+		// daemon's memory, so it is done again (it is idempotent).
+		if err := d.restore(ctx, st); err != nil {
+			return err
+		}
+	}
 	inv, err := decodeInventory(st)
 	if err != nil {
 		return err

@@ -93,10 +93,19 @@ func (r *runner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func
 // service's own overrides. WATCHDOG_PID is not set: the child's pid is not
 // known before the fork, and sd_watchdog_enabled(3) accepts any pid when
 // it is unset.
+//
+// A key the service sets replaces the inherited one rather than following
+// it: getenv(3) and Go's os.Getenv return the first of duplicates.
 func childEnv(base []string, svc *config.Service, notifySocket string) []string {
+	own := make(map[string]bool, len(svc.Env))
+	for _, kv := range svc.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		own[k] = true
+	}
 	env := make([]string, 0, len(base)+len(svc.Env)+2)
 	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); k != "NOTIFY_SOCKET" && k != "WATCHDOG_USEC" && k != "WATCHDOG_PID" && k != "LISTEN_FDS" && k != "LISTEN_PID" {
+		k, _, _ := strings.Cut(kv, "=")
+		if !own[k] && k != "NOTIFY_SOCKET" && k != "WATCHDOG_USEC" && k != "WATCHDOG_PID" && k != "LISTEN_FDS" && k != "LISTEN_PID" {
 			env = append(env, kv)
 		}
 	}

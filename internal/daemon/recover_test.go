@@ -1,0 +1,411 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/api/client"
+	"github.com/vigil-dev/vigil/internal/checkpoint"
+	"github.com/vigil-dev/vigil/internal/daemon"
+	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/journal"
+	"github.com/vigil-dev/vigil/internal/proc"
+	"github.com/vigil-dev/vigil/internal/recovery"
+)
+
+// recoveryHelper runs the behaviours of the recovery tests when the test
+// binary is started as a daemon or a service; it reports whether it did.
+func recoveryHelper() bool {
+	switch os.Getenv("DAEMON_TEST_HELPER") {
+	case "daemon":
+		// A daemon in a process of its own, so that it can be SIGKILLed.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		err := daemon.Run(ctx, daemon.Options{ConfigPath: os.Getenv("DAEMON_TEST_CONFIG"),
+			Ready: func(err error) { fmt.Println("ready", err) }})
+		if err != nil {
+			fmt.Println("daemon:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case "heartbeat-until":
+		// Ready, then heartbeats until the file named in its argument exists:
+		// then it hangs, alive and silent.
+		sddaemon.SdNotify(false, "READY=1")
+		interval, _ := sddaemon.SdWatchdogEnabled(false)
+		for {
+			if _, err := os.Stat(os.Args[len(os.Args)-1]); err == nil {
+				select {}
+			}
+			sddaemon.SdNotify(false, sddaemon.SdNotifyWatchdog)
+			time.Sleep(interval / 4)
+		}
+	}
+	return false
+}
+
+// daemonProc is a daemon running in a child process of the test.
+type daemonProc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// projectMarker is in the environment of every process of one test's
+// project (the daemon passes its own on), so cleanup finds them all.
+const projectMarker = "DAEMON_TEST_PROJECT"
+
+// runDaemon starts a daemon process for config and waits until it is
+// ready, or until it exits (with a fault point) when wantReady is false.
+func runDaemon(t *testing.T, config string, wantReady bool, env ...string) *daemonProc {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "DAEMON_TEST_HELPER=daemon", "DAEMON_TEST_CONFIG="+config,
+		projectMarker+"="+filepath.Dir(config), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "ready") {
+				ready <- sc.Text()
+			}
+		}
+		d.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() { d.stop(t) })
+	if !wantReady {
+		return d
+	}
+	select {
+	case r := <-ready:
+		if r != "ready <nil>" {
+			t.Fatalf("daemon: %s", r)
+		}
+	case err := <-d.done:
+		t.Fatalf("daemon exited before it was ready: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon not ready within 30s")
+	}
+	return d
+}
+
+// kill SIGKILLs the daemon and waits until it is gone.
+func (d *daemonProc) kill(t *testing.T) {
+	t.Helper()
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	d.wait(t)
+}
+
+func (d *daemonProc) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon did not exit within 30s")
+		return nil
+	}
+}
+
+// stop ends the daemon gracefully if it still runs.
+func (d *daemonProc) stop(t *testing.T) {
+	select {
+	case err := <-d.done:
+		d.done <- err
+		return
+	default:
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.done <- err
+	case <-time.After(30 * time.Second):
+		_ = d.cmd.Process.Kill()
+		t.Errorf("daemon did not stop within 30s")
+	}
+}
+
+// killProject SIGKILLs every process left with the project's marker.
+func killProject(dir string) {
+	for _, pid := range projectPIDs(dir, "") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// projectPIDs lists the live processes of the project in dir, of one
+// service when service is not empty.
+func projectPIDs(dir, service string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !alive(pid) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		env := "\x00" + string(b)
+		if strings.Contains(env, "\x00"+projectMarker+"="+dir+"\x00") &&
+			(service == "" || strings.Contains(env, "\x00VIGIL_SERVICE="+service+"\x00")) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func waitAll(t *testing.T, c *client.Client, timeout time.Duration, what string, cond func(apitype.Status) bool) apitype.Status {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := c.Status(context.Background())
+		if err == nil && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not %s within %v: %+v, %v", what, timeout, st, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func allRunning(st apitype.Status) bool {
+	for _, s := range st.Services {
+		if s.State != "running" || s.PID == 0 {
+			return false
+		}
+	}
+	return len(st.Services) > 0
+}
+
+func pids(st apitype.Status) map[string]int {
+	m := map[string]int{}
+	for _, s := range st.Services {
+		m[s.Name] = s.PID
+	}
+	return m
+}
+
+// recoveryEvents reads the recovery.stage events from the project's journal, oldest first.
+func recoveryEvents(t *testing.T, dir string) []string {
+	t.Helper()
+	recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{
+		Types: []journal.Type{journal.TypeEvent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := len(recs) - 1; i >= 0; i-- {
+		var e event.Event
+		if json.Unmarshal(recs[i].Payload, &e) == nil && e.Topic == event.RecoveryStage {
+			out = append(out, e.From+"→"+e.State)
+		}
+	}
+	return out
+}
+
+func TestSIGKILLedDaemonAdoptsEveryService(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	hangFile := filepath.Join(dir, "hang-now")
+	var b strings.Builder
+	for i := range 22 {
+		fmt.Fprintf(&b, "[services.s%02d]\ncommand = [\"sleep\", \"1000\"]\n", i)
+	}
+	for i := range 3 {
+		fmt.Fprintf(&b, "[services.hb%d]\ncommand = [%s, %q]\nready = \"notify\"\nwatchdog = \"300ms\"\nstop_timeout = \"1s\"\nenv = { DAEMON_TEST_HELPER = \"heartbeat-until\" }\n",
+			i, selfCommand(t), hangFile+strconv.Itoa(i))
+	}
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+
+	first := runDaemon(t, config, true)
+	before := pids(waitAll(t, c, 30*time.Second, "all running", allRunning))
+	first.kill(t)
+	for name, pid := range before {
+		if !alive(pid) {
+			t.Fatalf("%s (pid %d) died with the daemon", name, pid)
+		}
+	}
+
+	began := time.Now()
+	runDaemon(t, config, true)
+	st := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && allRunning(st)
+	})
+	t.Logf("SIGKILL → live with %d services: %v", len(st.Services), time.Since(began))
+	for _, s := range st.Services {
+		if s.PID != before[s.Name] || s.Restarts != 0 || s.Reason != "adopted" {
+			t.Errorf("%s: pid %d (was %d), restarts %d, reason %q: not adopted", s.Name, s.PID, before[s.Name], s.Restarts, s.Reason)
+		}
+		if got := projectPIDs(dir, s.Name); len(got) != 1 {
+			t.Errorf("%s has %d processes %v, want exactly its one instance", s.Name, len(got), got)
+		}
+	}
+	want := "crashed→detecting detecting→inventorying inventorying→restoring restoring→reconciling reconciling→live"
+	if got := strings.Join(recoveryEvents(t, dir), " "); got != want {
+		t.Errorf("journaled recovery: %s\nwant %s", got, want)
+	}
+
+	// The adopted watchdogs work: hb1 hangs and is caught, the rest live on.
+	if err := os.WriteFile(hangFile+"1", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := waitAll(t, c, 10*time.Second, "hb1 restarted", func(st apitype.Status) bool {
+		for _, s := range st.Services {
+			if s.Name == "hb1" {
+				return s.PID != 0 && s.PID != before["hb1"] && s.State == "running"
+			}
+		}
+		return false
+	})
+	for _, sv := range s.Services {
+		switch {
+		case sv.Name == "hb1" && (sv.LastExit == nil || sv.LastExit.Class != "unresponsive"):
+			t.Errorf("hb1 last exit %+v, want unresponsive", sv.LastExit)
+		case sv.Name != "hb1" && sv.PID != before[sv.Name]:
+			t.Errorf("%s was restarted (pid %d, was %d)", sv.Name, sv.PID, before[sv.Name])
+		}
+	}
+}
+
+func TestRecoveryResumesAfterAKillInEachStage(t *testing.T) {
+	t.Parallel()
+	for _, stage := range []recovery.Stage{recovery.Detecting, recovery.Inventorying, recovery.Restoring, recovery.Reconciling} {
+		t.Run(string(stage), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			t.Cleanup(func() { killProject(dir) })
+			config := filepath.Join(dir, "vigil.toml")
+			toml := "[services.a]\ncommand = [\"sleep\", \"1000\"]\n[services.b]\ncommand = [\"sleep\", \"1000\"]\ndepends_on = [\"a\"]\n"
+			if err := os.WriteFile(config, []byte(toml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+			first := runDaemon(t, config, true)
+			if _, err := c.Checkpoint(context.Background()); err != nil { // this time a checkpoint holds them
+				t.Fatal(err)
+			}
+			before := pids(waitAll(t, c, 30*time.Second, "all running", allRunning))
+			first.kill(t)
+
+			// The second daemon dies at the fault point, right after
+			// persisting that it entered stage.
+			faulty := runDaemon(t, config, false, daemon.FaultEnv+"="+string(stage))
+			if err := faulty.wait(t); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Fatalf("daemon with a fault at %s: %v", stage, err)
+			}
+			st, ok, err := (&recovery.Store{Dir: filepath.Join(dir, ".vigil")}).Load()
+			if err != nil || !ok || st.Stage != stage || st.Attempt != 1 {
+				t.Fatalf("persisted recovery after the kill: %+v, %v, %v", st, ok, err)
+			}
+
+			runDaemon(t, config, true)
+			got := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
+				return st.Daemon.RecoveryStage == "live" && allRunning(st)
+			})
+			for name, pid := range pids(got) {
+				if pid != before[name] {
+					t.Errorf("%s: pid %d, was %d: restarted instead of adopted", name, pid, before[name])
+				}
+			}
+			events := recoveryEvents(t, dir)
+			resumed := fmt.Sprintf("%s→%s", stage, stage) // the interrupted attempt, run again
+			if !strings.Contains(strings.Join(events, " "), resumed) || events[len(events)-1] != "reconciling→live" {
+				t.Errorf("journaled recovery %v: want the resumed %s and the end at live", events, resumed)
+			}
+			if _, ok, _ := (&recovery.Store{Dir: filepath.Join(dir, ".vigil")}).Load(); ok {
+				t.Error("recovery state still on disk after reaching live")
+			}
+		})
+	}
+}
+
+// TestReusedPidIsNotAdopted: the checkpoint names an instance whose pid
+// now belongs to an unrelated process (another start time). Recovery must
+// neither adopt nor kill that process, records the instance as lost, and
+// starts the service anew.
+func TestReusedPidIsNotAdopted(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	stranger := exec.Command("sleep", "1000")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stranger.Process.Kill(); stranger.Wait() })
+	id, err := proc.ReadIdentity(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, ".vigil")
+	if err := daemon.MakeStateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	// A previous daemon that died: its journal has no clean stop, its
+	// checkpoint lists web at the stranger's pid with the old start time.
+	j, err := journal.Open(journal.Options{Dir: filepath.Join(state, "journal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Write(journal.TypeEvent, []byte(`{"topic":"daemon.started","time":"2026-01-01T00:00:00Z"}`))
+	j.Close()
+	old := checkpoint.Instance{PID: id.PID, StartTime: id.StartTime - 1, PGID: id.PID, StartedAt: time.Now().Add(-time.Minute),
+		Token: "of-the-dead-instance", Leases: []string{"job-9"}}
+	if _, err := (&checkpoint.Store{Dir: state}).Write(&checkpoint.State{Services: []checkpoint.Service{
+		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}}); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte("[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(state, "vigil.sock")}
+	st := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && allRunning(st)
+	})
+	if web := st.Services[0]; web.PID == id.PID || web.Reason == "adopted" {
+		t.Fatalf("web adopted the stranger: %+v", web)
+	}
+	if !id.Alive() {
+		t.Fatal("recovery killed an unrelated process that had the dead instance's pid")
+	}
+	recs, _, _ := (&journal.Reader{Dir: filepath.Join(state, "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeCrash}})
+	if len(recs) != 1 || !strings.Contains(string(recs[0].Payload), `"class":"lost"`) || !strings.Contains(string(recs[0].Payload), `"job-9"`) {
+		t.Fatalf("crash records: %d; want the dead instance recorded as lost with its lease", len(recs))
+	}
+}
