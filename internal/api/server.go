@@ -40,6 +40,8 @@ type Controller interface {
 	// a recovery whose stage failed.
 	Recovery() (apitype.Recovery, error)
 	RetryRecovery(ctx context.Context) (apitype.Recovery, error)
+	// SetSafeMode enters (on) or leaves safe mode: essential services only.
+	SetSafeMode(on bool) error
 }
 
 // Listen creates the control socket at path with mode 0600. The caller holds
@@ -174,6 +176,16 @@ func NewServer(c Controller, logger *slog.Logger) *Server {
 			return
 		}
 		reply(w, map[string]string{"service": r.PathValue("name")}, c.SetState(r.PathValue("name"), body))
+	})
+	mux.HandleFunc("POST /v1/safe-mode/{verb}", func(w http.ResponseWriter, r *http.Request) {
+		switch r.PathValue("verb") {
+		case "enter":
+			reply(w, map[string]bool{"safe_mode": true}, c.SetSafeMode(true))
+		case "exit":
+			reply(w, map[string]bool{"safe_mode": false}, c.SetSafeMode(false))
+		default:
+			reply(w, nil, apitype.Errorf(apitype.CodeNotFound, "safe-mode %q: want enter or exit", r.PathValue("verb")))
+		}
 	})
 	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
 		st, err := c.Recovery()

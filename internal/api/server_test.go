@@ -108,6 +108,10 @@ func (f *fake) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
 	f.record("retry")
 	return apitype.Recovery{}, apitype.Errorf(apitype.CodeFailedPrecondition, "recovery is live: nothing to retry")
 }
+func (f *fake) SetSafeMode(on bool) error {
+	f.record(fmt.Sprint("safe-mode ", on))
+	return nil
+}
 func (f *fake) SetState(name string, state []byte) error {
 	f.record("state " + name + " " + string(state))
 	return f.verb("state", name)
@@ -207,6 +211,9 @@ func TestEveryRoute(t *testing.T) {
 	if err := c.SetState(ctx, "invalid_argument", []byte(`x`)); !errors.Is(err, apitype.ErrInvalidArgument) {
 		t.Fatalf("set state error: %v", err)
 	}
+	if err := c.SetSafeMode(ctx, true); err != nil {
+		t.Fatal(err)
+	}
 	if st, err := c.Recovery(ctx); err != nil || st.Stage != "live" {
 		t.Fatalf("recovery %+v, %v", st, err)
 	}
@@ -218,7 +225,7 @@ func TestEveryRoute(t *testing.T) {
 	}
 	<-f.shutdown
 	want := `status start web stop web restart web reset web reload checkpoint state web {"cursor":12} state web ` +
-		`state invalid_argument x state invalid_argument recovery retry shutdown`
+		`state invalid_argument x state invalid_argument safe-mode true recovery retry shutdown`
 	if got := strings.Join(f.Calls(), " "); got != want {
 		t.Fatalf("controller saw %q, want %q", got, want)
 	}

@@ -167,6 +167,10 @@ func (f *fakeDaemon) Recovery() (apitype.Recovery, error) {
 func (f *fakeDaemon) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
 	return apitype.Recovery{Stage: "live", History: []apitype.RecoveryTransition{}}, f.record("retry")
 }
+func (f *fakeDaemon) SetSafeMode(on bool) error {
+	f.record(fmt.Sprint("safe-mode ", on))
+	return nil
+}
 func (f *fakeDaemon) SetState(name string, state []byte) error {
 	return f.record("state " + name + " " + string(state))
 }
@@ -216,6 +220,8 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 		{[]string{"recovery", "status"}, 0, "recovery: restoring (attempt 2): boom\n  " +
 			time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).Local().Format("15:04:05.000") + "  crashed → detecting  attempt 1\n", ""},
 		{[]string{"recovery", "retry"}, 0, "recovery: live (no recovery in progress)\n", ""},
+		{[]string{"safe-mode", "enter"}, 0, "vigil: safe mode on: only essential services run (vigil safe-mode exit brings the rest back)\n", ""},
+		{[]string{"safe-mode", "exit"}, 0, "vigil: safe mode off: every service runs again\n", ""},
 	} {
 		exit, stdout, stderr := run(append([]string{"--state-dir", dir}, tc.args...)...)
 		if exit != tc.exit || stdout != tc.stdout || stderr != tc.stderr {
@@ -225,7 +231,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint, recovery, retry" {
+	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint, recovery, retry, safe-mode true, safe-mode false" {
 		t.Errorf("the daemon was asked: %s", got)
 	}
 }

@@ -77,3 +77,33 @@ func printRecovery(g *globals, st apitype.Recovery) {
 		fmt.Fprintln(g.stdout, line)
 	}
 }
+
+func safeModeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "safe-mode enter|exit",
+		Short: "Run only essential services (enter), or every service again (exit)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 || (args[0] != "enter" && args[0] != "exit") {
+				return usageError{fmt.Errorf("safe-mode takes enter or exit (usage: %s)", cmd.UseLine())}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			on := args[0] == "enter"
+			if err := c.SetSafeMode(cmd.Context(), on); err != nil {
+				return err
+			}
+			if on {
+				fmt.Fprintln(g.stdout, "vigil: safe mode on: only essential services run (vigil safe-mode exit brings the rest back)")
+			} else {
+				fmt.Fprintln(g.stdout, "vigil: safe mode off: every service runs again")
+			}
+			return nil
+		},
+	}
+	return cmd
+}

@@ -37,6 +37,7 @@ func defaultConfig(path, dir string) *Config {
 
 		Journal:    defaultJournal,
 		Checkpoint: defaultCheckpoint,
+		SafeMode:   defaultSafeMode,
 	}
 }
 
@@ -61,7 +62,7 @@ func defaultService(name, dir string) Service {
 
 // The keys each table accepts, for suggestions when a key is unknown.
 var (
-	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "services"}
+	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "safe_mode", "services"}
 	logsKeys      = []string{"max_size", "max_files"}
 	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness"}
 	backoffKeys   = []string{"initial", "max", "multiplier", "jitter", "reset_after"}
@@ -100,6 +101,8 @@ func decodeTOML(root *value, path, dir string, pr *problems) *Config {
 			cfg.Journal = d.journal(f, fp)
 		case "checkpoint":
 			cfg.Checkpoint = d.checkpoint(f, fp)
+		case "safe_mode":
+			cfg.SafeMode = d.safeMode(f, fp)
 		case "services":
 			services = f
 			cfg.Services = d.services(f, fp)

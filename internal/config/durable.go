@@ -19,7 +19,17 @@ type Checkpoint struct {
 	WarnSize int64         // a larger checkpoint raises a warning; default 50 MiB
 }
 
+// SafeMode says when the daemon falls back to running essential services
+// only: after Crashes crashes of the daemon itself within Window, as the
+// guardian counts them. Crashes = 0 never enters it on its own.
+type SafeMode struct {
+	Crashes int           // default 3
+	Window  time.Duration // default 60s
+}
+
 var (
+	defaultSafeMode = SafeMode{Crashes: 3, Window: 60 * time.Second}
+	safeModeKeys    = []string{"crashes", "window"}
 	defaultJournal    = Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10}
 	defaultCheckpoint = Checkpoint{Interval: 60 * time.Second, Activity: 50, MaxAge: 24 * time.Hour, WarnSize: 50 << 20}
 	journalKeys       = []string{"segment_size", "max_size", "max_age", "crash_output_lines", "crash_output_bytes"}
@@ -95,4 +105,24 @@ func (d *decoder) checkpoint(v *value, path string) Checkpoint {
 		return true
 	})
 	return c
+}
+
+func (d *decoder) safeMode(v *value, path string) SafeMode {
+	m := defaultSafeMode
+	d.eachField(v, path, safeModeKeys, func(key string, f *value, fp string) bool {
+		switch key {
+		case "crashes":
+			if n, ok := d.nonNegativeInt(f, fp); ok {
+				m.Crashes = n
+			}
+		case "window":
+			if t, ok := d.positive(f, fp); ok {
+				m.Window = t
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	return m
 }

@@ -194,6 +194,9 @@ func TestLoadErrors(t *testing.T) {
 		{"journal limits", "journal.crash_output_bytes = \"1MiB\"\njournal.segment_size = 100\njournal.max_age = \"0s\"\njornal.x = 1\n" + web,
 			[]string{`1:30: journal.crash_output_bytes: at most 64KiB`, `2:24: journal.segment_size: must be at least 64KiB`,
 				`3:19: journal.max_age: must be more than 0`, `4:1: unknown key "jornal" at the top level; did you mean "journal"?`}},
+		{"safe mode keys", "safe_mode = { crashes = -1, window = \"0s\", crashs = 2 }\n" + web,
+			[]string{`1:25: safe_mode.crashes: must not be negative, got -1`, `1:38: safe_mode.window: must be more than 0`,
+				`1:44: unknown key "crashs" in [safe_mode]; did you mean "crashes"?`}},
 		{"checkpoint keys", "[checkpoint]\ninterval = 5\nactivty = 3\n" + web,
 			[]string{`2:12: checkpoint.interval: expected a duration string such as "10s", got integer 5`, `3:1: unknown key "activty" in [checkpoint]; did you mean "activity"?`}},
 		{"zero size", "logs.max_size = 0\n" + web,
@@ -372,6 +375,7 @@ func TestDefaults(t *testing.T) {
 		Logs:       LogLimits{MaxSize: 10 << 20, MaxFiles: 3},
 		Journal:    Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10},
 		Checkpoint: Checkpoint{Interval: time.Minute, Activity: 50, MaxAge: 24 * time.Hour, WarnSize: 50 << 20},
+		SafeMode:   SafeMode{Crashes: 3, Window: time.Minute},
 		Services: []Service{{
 			Name:        "web",
 			Command:     []string{"/bin/sh", "-c", "serve"},
@@ -415,6 +419,10 @@ interval = "30s"
 activity = 10
 max_age = "12h"
 warn_size = "1MiB"
+
+[safe_mode]
+crashes = 5
+window = "5m"
 
 [services.db]
 command = ["postgres", "-D", "data dir"]
@@ -484,6 +492,7 @@ watchdog = "0s"
 		Logs:       LogLimits{MaxSize: 512 << 10, MaxFiles: 0},
 		Journal:    Journal{SegmentSize: 1 << 20, MaxSize: 64 << 20, MaxAge: 168 * time.Hour, CrashOutputLines: 50, CrashOutputBytes: 16 << 10},
 		Checkpoint: Checkpoint{Interval: 30 * time.Second, Activity: 10, MaxAge: 12 * time.Hour, WarnSize: 1 << 20},
+		SafeMode:   SafeMode{Crashes: 5, Window: 5 * time.Minute},
 		Services: []Service{{
 			Name:        "db",
 			Command:     []string{"postgres", "-D", "data dir"},

@@ -18,6 +18,9 @@ type Config struct {
 	// Journal and Checkpoint configure vigil's durable memory.
 	Journal    Journal
 	Checkpoint Checkpoint
+	// SafeMode: when the daemon's own crashes make it run essential
+	// services only.
+	SafeMode SafeMode
 	// Services in the order they appear in the file.
 	Services []Service
 }

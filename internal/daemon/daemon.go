@@ -200,6 +200,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}()
 
 	d.recovery = d.newRecovery()
+	if why := d.safeModeAtStart(); why != "" {
+		if err := d.sup.SetSafeMode(true, why); err != nil {
+			return err
+		}
+	}
 	switch needed, err := d.recoveryNeeded(); {
 	case needed:
 		if err != nil {
@@ -265,6 +270,7 @@ func (d *daemon) Status() apitype.Status {
 			PID:           os.Getpid(),
 			Version:       Version,
 			StartedAt:     d.startedAt,
+			SafeMode:      d.sup.SafeMode(),
 			RecoveryStage: d.recoveryStage(),
 			Config:        cfg.Path,
 			StateDir:      cfg.StateDir,
@@ -336,6 +342,14 @@ func (d *daemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
 }
 
 func (d *daemon) SetState(name string, state []byte) error { return d.sup.SetBlob(name, state) }
+
+func (d *daemon) SetSafeMode(on bool) error {
+	why := "operator: vigil safe-mode exit"
+	if on {
+		why = "operator: vigil safe-mode enter"
+	}
+	return d.sup.SetSafeMode(on, why)
+}
 
 // recoveryStage is the daemon's recovery stage for status: live unless a
 // recovery runs or has failed.

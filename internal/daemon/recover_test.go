@@ -409,3 +409,46 @@ func TestReusedPidIsNotAdopted(t *testing.T) {
 		t.Fatalf("crash records: %d; want the dead instance recorded as lost with its lease", len(recs))
 	}
 }
+
+// TestThirdDaemonCrashMeansSafeMode: with three daemon crashes in the
+// window on the guardian's record, the next daemon runs essential services
+// only and says so; safe-mode exit brings the rest back.
+func TestThirdDaemonCrashMeansSafeMode(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	state := filepath.Join(dir, ".vigil")
+	if err := daemon.MakeStateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	history := fmt.Sprintf(`{"crashes":[{"at":%q,"pid":1,"code":2,"reason":"exited"},{"at":%q,"pid":2,"code":0,"signal":"SIGKILL","reason":"signal"},{"at":%q,"pid":3,"code":2,"reason":"exited"}]}`,
+		now.Add(-50*time.Second).Format(time.RFC3339Nano), now.Add(-20*time.Second).Format(time.RFC3339Nano), now.Add(-time.Second).Format(time.RFC3339Nano))
+	if err := os.WriteFile(filepath.Join(state, daemon.HistoryFile), []byte(history), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProjectIn(t, dir, `
+[services.db]
+command = ["sleep", "1000"]
+essential = true
+[services.web]
+command = ["sleep", "1000"]
+depends_on = ["db"]
+`, nil)
+	p.waitFor("db", 10*time.Second, "running", running)
+	st := p.status()
+	if !st.Daemon.SafeMode || st.Services[1].State != "stopped" {
+		t.Fatalf("after three crashes in 60s: safe mode %v, web %s", st.Daemon.SafeMode, st.Services[1].State)
+	}
+	if err := p.c.SetSafeMode(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("web", 10*time.Second, "running", running)
+	if p.status().Daemon.SafeMode {
+		t.Fatal("still in safe mode after safe-mode exit")
+	}
+	if err := p.c.SetSafeMode(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("web", 10*time.Second, "stopped", func(s apitype.Service) bool { return s.State == "stopped" })
+	p.waitFor("db", time.Second, "running", running)
+}

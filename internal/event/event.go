@@ -36,6 +36,10 @@ const (
 	// only published for a clean shutdown.
 	DaemonStarted Topic = "daemon.started"
 	DaemonStopped Topic = "daemon.stopped"
+	// SafeModeEntered and SafeModeExited: the daemon runs essential
+	// services only, or everything again; Message says why.
+	SafeModeEntered Topic = "safemode.entered"
+	SafeModeExited  Topic = "safemode.exited"
 	// RecoveryStage: the daemon's own recovery moved to State from From.
 	RecoveryStage Topic = "recovery.stage"
 )

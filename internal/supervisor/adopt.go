@@ -6,6 +6,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/checkpoint"
 	"github.com/vigil-dev/vigil/internal/config"
+	"github.com/vigil-dev/vigil/internal/event"
 	"github.com/vigil-dev/vigil/internal/policy"
 )
 
@@ -91,4 +92,67 @@ func (s *Supervisor) Adopt(name string, ref checkpoint.Instance) error {
 		s.log.Info("adopted", "service", name, "pid", inst.pid)
 		done(nil)
 	})
+}
+
+// SetSafeMode enters or leaves safe mode, in which only essential services
+// (and what they depend on) run: entering stops every other service,
+// leaving starts again those that start on their own, in dependency order.
+// why is recorded with the event.
+func (s *Supervisor) SetSafeMode(on bool, why string) error {
+	return s.call(func(done func(error)) {
+		if s.safeMode == on {
+			done(nil)
+			return
+		}
+		s.safeMode = on
+		topic := event.SafeModeExited
+		if on {
+			topic = event.SafeModeEntered
+			for _, name := range s.order {
+				svc := s.services[name]
+				if !svc.cfg.Essential && !s.neededByEssential(svc) {
+					svc.want = false
+					s.stop(svc)
+				}
+			}
+		} else {
+			for _, name := range s.order {
+				svc := s.services[name]
+				if svc.cfg.Autostart && !svc.held && !svc.removed && (svc.state == Stopped || svc.state == Exited) {
+					s.want(svc)
+				}
+			}
+			s.kick()
+		}
+		s.log.Warn("safe mode", "on", on, "why", why)
+		s.bus.Publish(event.Event{Time: s.clock.Now(), Topic: topic, Message: why})
+		done(nil)
+	})
+}
+
+// SafeMode reports whether only essential services run.
+func (s *Supervisor) SafeMode() bool {
+	var on bool
+	_ = s.call(func(done func(error)) { on = s.safeMode; done(nil) })
+	return on
+}
+
+// neededByEssential reports whether an essential service depends on svc,
+// directly or through others: it must keep running in safe mode.
+func (s *Supervisor) neededByEssential(svc *service) bool {
+	seen := map[string]bool{}
+	var need func(name string) bool
+	need = func(name string) bool {
+		for _, d := range s.dependents[name] {
+			if seen[d] {
+				continue
+			}
+			seen[d] = true
+			if dep := s.services[d]; dep != nil && (dep.cfg.Essential || need(d)) {
+				return true
+			}
+		}
+		return false
+	}
+	return need(svc.cfg.Name)
 }

@@ -324,3 +324,53 @@ func TestLostExitIsACrash(t *testing.T) {
 	h.advance(100 * time.Millisecond)
 	h.expectLog("adopt web 700", "killall web 700", "spawn web 101")
 }
+
+// TestSafeMode: only essential services and what they depend on start in
+// safe mode; leaving it starts the rest; entering it stops them.
+func TestSafeMode(t *testing.T) {
+	t.Parallel()
+	api := svc("api", "db")
+	api.Essential = true
+	h := newHarness(t, svc("db"), api, svc("web"))
+	if err := h.sup.SetSafeMode(true, "three daemon crashes in 60s"); err != nil {
+		t.Fatal(err)
+	}
+	h.sup.StartAll()
+	h.expectLog("spawn db 101", "spawn api 102")
+	h.expectState("web", Stopped)
+	if !h.sup.SafeMode() || !h.sup.Checkpoint().SafeMode {
+		t.Fatal("safe mode not reported")
+	}
+	expectTopic(t, h, event.SafeModeEntered, "three daemon crashes in 60s")
+	if err := h.sup.SetSafeMode(false, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	h.expectLog("spawn web 103")
+	if h.sup.SafeMode() {
+		t.Fatal("still in safe mode")
+	}
+	expectTopic(t, h, event.SafeModeExited, "operator")
+
+	entered := make(chan error, 1)
+	go func() { entered <- h.sup.SetSafeMode(true, "operator") }()
+	h.waitEvent("web", Stopping)
+	h.r.end(t, "web", sigTerm)
+	if err := <-entered; err != nil {
+		t.Fatal(err)
+	}
+	h.sup.Sync()
+	h.expectState("web", Stopped)
+	h.expectState("db", Running)
+	h.expectState("api", Running)
+}
+
+// expectTopic finds an event of topic with message among those published.
+func expectTopic(t *testing.T, h *harness, topic event.Topic, msg string) {
+	t.Helper()
+	for len(h.sub.C) > 0 {
+		if e := <-h.sub.C; e.Topic == topic && e.Message == msg {
+			return
+		}
+	}
+	t.Fatalf("no %s event %q", topic, msg)
+}

@@ -143,6 +143,7 @@ type Supervisor struct {
 	dependents map[string][]string // reverse depends_on
 	stopAll    bool
 	allStopped []func()
+	safeMode   bool // only essential services are started
 }
 
 type service struct {
@@ -326,7 +327,7 @@ func (s *Supervisor) StartAll() {
 		s.stopAll = false
 		for _, name := range s.order {
 			svc := s.services[name]
-			if svc.cfg.Autostart && svc.state == Stopped && !svc.held {
+			if svc.cfg.Autostart && svc.state == Stopped && !svc.held && (svc.cfg.Essential || !s.safeMode) {
 				s.want(svc)
 			}
 		}
@@ -1098,6 +1099,7 @@ func stopTimer(t *clock.Timer) {
 func (s *Supervisor) Checkpoint() checkpoint.State {
 	var st checkpoint.State
 	_ = s.call(func(done func(error)) {
+		st.SafeMode = s.safeMode
 		st.Services = make([]checkpoint.Service, 0, len(s.order))
 		for _, name := range s.order {
 			svc := s.services[name]

@@ -173,3 +173,12 @@ func (c *Client) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
 	err := c.do(ctx, "POST", "/v1/recovery/retry", &out)
 	return out, err
 }
+
+// SetSafeMode enters (on) or leaves safe mode.
+func (c *Client) SetSafeMode(ctx context.Context, on bool) error {
+	verb := "exit"
+	if on {
+		verb = "enter"
+	}
+	return c.do(ctx, "POST", "/v1/safe-mode/"+verb, nil)
+}
