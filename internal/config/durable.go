@@ -28,8 +28,8 @@ type SafeMode struct {
 }
 
 var (
-	defaultSafeMode = SafeMode{Crashes: 3, Window: 60 * time.Second}
-	safeModeKeys    = []string{"crashes", "window"}
+	defaultSafeMode   = SafeMode{Crashes: 3, Window: 60 * time.Second}
+	safeModeKeys      = []string{"crashes", "window"}
 	defaultJournal    = Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10}
 	defaultCheckpoint = Checkpoint{Interval: 60 * time.Second, Activity: 50, MaxAge: 24 * time.Hour, WarnSize: 50 << 20}
 	journalKeys       = []string{"segment_size", "max_size", "max_age", "crash_output_lines", "crash_output_bytes"}
