@@ -39,6 +39,10 @@ func TestScripts(t *testing.T) {
 			"daemonpid":    cmdDaemonPID,
 			"waitrestarts": cmdWaitRestarts,
 			"nozombies":    cmdNoZombies,
+			"waitdaemon":   cmdWaitDaemon,
+			"guardianpid":  cmdGuardianPID,
+			"waitgone":     cmdWaitGone,
+			"strays":       cmdStrays,
 		},
 	})
 }
@@ -185,4 +189,147 @@ func zombieChildren(parent int) []int {
 		}
 	}
 	return out
+}
+
+// waitdaemon OLDPID [TIMEOUT]: wait until a daemon other than OLDPID
+// answers with its recovery live.
+func cmdWaitDaemon(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 1 || len(args) > 2 {
+		ts.Fatalf("usage: waitdaemon OLDPID [TIMEOUT]")
+	}
+	timeout := 30 * time.Second
+	if len(args) == 2 {
+		var err error
+		timeout, err = time.ParseDuration(args[1])
+		ts.Check(err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := scriptClient(ts).Status(context.Background())
+		if err == nil && strconv.Itoa(st.Daemon.PID) != args[0] && st.Daemon.RecoveryStage == "live" {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("no new daemon live within %v (last: %+v, %v)", timeout, st.Daemon, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// guardianpid VAR: put the guardian's pid (the daemon's parent) in $VAR.
+func cmdGuardianPID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: guardianpid VAR")
+	}
+	st, err := scriptClient(ts).Status(context.Background())
+	ts.Check(err)
+	ppid, ok := statField(st.Daemon.PID, 1)
+	if !ok {
+		ts.Fatalf("no /proc/%d/stat", st.Daemon.PID)
+	}
+	ts.Setenv(args[0], ppid)
+}
+
+// waitgone PID...: wait until none of the pids runs (zombies count as gone).
+func cmdWaitGone(ts *testscript.TestScript, neg bool, args []string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range args {
+		pid, err := strconv.Atoi(a)
+		ts.Check(err)
+		for {
+			state, ok := statField(pid, 0)
+			if !ok || state == "Z" {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("pid %d still runs", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// strays: every live process of this project's services is the instance
+// status shows, and no zombie waits under the daemon or its guardian.
+// With no daemon answering, no process of the project may be left at all.
+func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
+	want := map[int]string{}
+	st, err := scriptClient(ts).Status(context.Background())
+	if err == nil {
+		for _, s := range st.Services {
+			if s.PID != 0 {
+				want[s.PID] = s.Name
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var bad []string
+		for pid, svc := range projectProcs(ts.Getenv("WORK")) {
+			if want[pid] != svc {
+				bad = append(bad, fmt.Sprintf("%s pid %d", svc, pid))
+			}
+		}
+		if err == nil {
+			parent, _ := statField(st.Daemon.PID, 1)
+			gpid, _ := strconv.Atoi(parent)
+			for _, z := range append(zombieChildren(st.Daemon.PID), zombieChildren(gpid)...) {
+				bad = append(bad, fmt.Sprintf("zombie %d", z))
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("strays: %v", bad)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// projectProcs maps the live processes started for the project in work
+// to their service.
+func projectProcs(work string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if state, ok := statField(pid, 0); !ok || state == "Z" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		env := "\x00" + string(b)
+		if !strings.Contains(env, "\x00WORK="+work+"\x00") {
+			continue
+		}
+		if i := strings.Index(env, "\x00VIGIL_SERVICE="); i >= 0 {
+			name, _, _ := strings.Cut(env[i+len("\x00VIGIL_SERVICE="):], "\x00")
+			out[pid] = name
+		}
+	}
+	return out
+}
+
+// statField returns field n (0: state, 1: ppid) of /proc/PID/stat.
+func statField(pid, n int) (string, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return "", false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) <= n {
+		return "", false
+	}
+	return f[n], true
 }

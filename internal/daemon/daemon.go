@@ -28,6 +28,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
 	"github.com/vigil-dev/vigil/internal/fsutil"
+	"github.com/vigil-dev/vigil/internal/guardian"
 	"github.com/vigil-dev/vigil/internal/logs"
 	"github.com/vigil-dev/vigil/internal/notify"
 	"github.com/vigil-dev/vigil/internal/probe"
@@ -83,6 +84,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 
+	// The guardian's link first: Attach hides it from every process the
+	// daemon starts.
+	link, err := guardian.Attach()
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		defer link.Close()
+	}
 	cfg, err := config.Load(opts.ConfigPath)
 	if err != nil {
 		return err
@@ -144,6 +154,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	defer d.mem.close()
 	notifyPath := filepath.Join(cfg.StateDir, "notify.sock")
 	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, notify: notifyPath, log: log}
+	book := newOrphanBook()
+	if link != nil {
+		run.orphanStatus = book.wait
+	}
 	d.sup = supervisor.New(supervisor.Options{
 		Services:     cfg.Services,
 		Runner:       run,
@@ -180,6 +194,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	loopDone := make(chan struct{})
 	go func() { d.sup.Run(loopCtx); close(loopDone) }()
 	defer func() { stopLoop(); <-loopDone }()
+	if link != nil {
+		go serveGuardian(loopCtx, link, d.sup, book)
+	}
 
 	sock := filepath.Join(cfg.StateDir, "vigil.sock")
 	l, err := api.Listen(sock)
@@ -242,6 +259,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log.Info("stopping every service")
 	d.sup.StopAll()
 	d.mem.close() // the final checkpoint needs the loop, which stops on return
+	if link != nil {
+		// An intended stop: the guardian exits with us instead of restarting.
+		if err := link.Bye(); err != nil {
+			log.Error("guardian: bye", "err", err)
+		}
+	}
 	log.Info("daemon stopped")
 	return nil
 }
@@ -344,11 +367,13 @@ func (d *daemon) Checkpoint(ctx context.Context) (apitype.CheckpointInfo, error)
 func (d *daemon) SetState(name string, state []byte) error { return d.sup.SetBlob(name, state) }
 
 func (d *daemon) SetSafeMode(on bool) error {
-	why := "operator: vigil safe-mode exit"
 	if on {
-		why = "operator: vigil safe-mode enter"
+		return d.sup.SetSafeMode(true, "operator: vigil safe-mode enter")
 	}
-	return d.sup.SetSafeMode(on, why)
+	if err := d.noteSafeModeExit(time.Now()); err != nil {
+		return apitype.Errorf(apitype.CodeUnavailable, "safe mode: recording the exit: %v", err)
+	}
+	return d.sup.SetSafeMode(false, "operator: vigil safe-mode exit")
 }
 
 // recoveryStage is the daemon's recovery stage for status: live unless a

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"slices"
+	"time"
 
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/checkpoint"
@@ -59,7 +60,7 @@ func (s *Supervisor) Adopt(name string, ref checkpoint.Instance) error {
 			done(apitype.Errorf(apitype.CodeFailedPrecondition, "%s is %s: nothing to adopt into", name, svc.state))
 			return
 		}
-		inst := &instance{startedAt: ref.StartedAt, leases: slices.Clone(ref.Leases)}
+		inst := &instance{startedAt: ref.StartedAt, leases: append([]string{}, ref.Leases...)}
 		h, err := s.runner.Adopt(&svc.cfg, ref, func(e Exit) {
 			s.post(func() { s.exited(svc, inst, e) })
 		})
@@ -90,6 +91,11 @@ func (s *Supervisor) Adopt(name string, ref checkpoint.Instance) error {
 			s.armStartTimeout(svc, inst, svc.cfg.StartTimeout)
 		}
 		s.log.Info("adopted", "service", name, "pid", inst.pid)
+		if s.safeMode && !svc.cfg.Essential && !s.neededByEssential(svc) {
+			// Safe mode runs essential services only, survivors included.
+			svc.want = false
+			s.stop(svc)
+		}
 		done(nil)
 	})
 }
@@ -155,4 +161,21 @@ func (s *Supervisor) neededByEssential(svc *service) bool {
 		return false
 	}
 	return need(svc.cfg.Name)
+}
+
+// Answers reports whether the loop runs an event within d. The daemon's
+// heartbeat to its guardian is sent only while it does, so a wedged loop
+// looks to the guardian like the dead daemon it effectively is.
+func (s *Supervisor) Answers(d time.Duration) bool {
+	ran := make(chan struct{})
+	expired := make(chan struct{})
+	t := s.clock.AfterFunc(d, func() { close(expired) })
+	defer t.Stop()
+	s.post(func() { close(ran) })
+	select {
+	case <-ran:
+		return true
+	case <-expired:
+		return false
+	}
 }
