@@ -90,6 +90,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	parent := newParentNotifier()
 	if link != nil {
 		defer link.Close()
 	}
@@ -240,6 +241,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
 	readied = true
 	ready(nil)
+	if err := parent.ready(len(cfg.Services), d.sup.SafeMode()); err != nil {
+		log.Warn("sd_notify READY to our own supervisor", "err", err)
+	}
+	go parent.watch(loopCtx, d.sup)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -257,6 +262,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		break
 	}
 	log.Info("stopping every service")
+	_ = parent.send("STOPPING=1")
 	d.sup.StopAll()
 	d.mem.close() // the final checkpoint needs the loop, which stops on return
 	if link != nil {

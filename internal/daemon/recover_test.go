@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -451,4 +452,68 @@ depends_on = ["db"]
 	}
 	p.waitFor("web", 10*time.Second, "stopped", func(s apitype.Service) bool { return s.State == "stopped" })
 	p.waitFor("db", time.Second, "running", running)
+}
+
+// TestUnderSystemd: run under a Type=notify supervisor (NOTIFY_SOCKET and
+// WATCHDOG_USEC set), the daemon says READY=1 once up, sends WATCHDOG=1
+// at half the interval, and STOPPING=1 on its way down.
+func TestUnderSystemd(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	sock := filepath.Join(dir, "systemd.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte("[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := runDaemon(t, config, true, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=100000")
+	msgs := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s from the daemon within 10s", what)
+			return ""
+		}
+	}
+	if m := next("READY"); m != "READY=1\nSTATUS=supervising 1 services" {
+		t.Fatalf("first message %q", m)
+	}
+	began := time.Now()
+	for range 5 {
+		if m := next("WATCHDOG"); m != "WATCHDOG=1" {
+			t.Fatalf("watchdog message %q", m)
+		}
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("5 heartbeats took %v for a 100ms watchdog", took)
+	}
+	d.stop(t)
+	for {
+		m := next("STOPPING")
+		if m == "STOPPING=1" {
+			break
+		}
+		if m != "WATCHDOG=1" {
+			t.Fatalf("message %q while stopping", m)
+		}
+	}
 }
