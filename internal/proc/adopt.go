@@ -52,7 +52,7 @@ func (r *Reaper) Adopt(a Adoptee, onExit func(Exit)) (*Process, error) {
 	}
 	p := &Process{Identity: a.Identity, PGID: a.PGID, Service: a.Service, token: a.Token}
 	if a.Cgroup != "" {
-		p.cg = &cgroup{dir: a.Cgroup}
+		p.cg, p.foreignCg = &cgroup{dir: a.Cgroup}, true
 	}
 	f := os.NewFile(uintptr(fd), "pidfd")
 	go func() {

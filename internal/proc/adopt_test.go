@@ -2,6 +2,10 @@ package proc
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -50,6 +54,12 @@ func TestAdopt(t *testing.T) {
 		t.Fatal("the adopted process's end was not seen within 10s")
 	}
 	waitMembers(t, orig, 0)
+	adopted.Release()
+	if a.Cgroup != "" {
+		if _, err := os.Stat(a.Cgroup); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the dead daemon's cgroup %s is still there after the adopted instance ended: %v", a.Cgroup, err)
+		}
+	}
 }
 
 // TestAdoptRefusesAReusedPid: an identity whose start time does not match
@@ -107,5 +117,40 @@ func TestKillLeftovers(t *testing.T) {
 		if n := KillLeftovers(Adoptee{Service: "left", PGID: p.PGID, Token: p.Token()}); n != 0 {
 			t.Fatalf("cgroups %v: %d leftovers after the kill", cgroups, n)
 		}
+	}
+}
+
+// TestStaleCgroupRootsRemoved: a dead daemon's empty cgroups are removed
+// when the next reaper makes its own; a live one's and a populated one's
+// are left alone.
+func TestStaleCgroupRootsRemoved(t *testing.T) {
+	root := newCgroupRoot()
+	if root == nil {
+		t.Skip("no writable cgroup v2 hierarchy")
+	}
+	root.remove()
+	parent := filepath.Dir(root.dir)
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(parent, fmt.Sprintf("vigil.%d.1", dead.Process.Pid))
+	mine := filepath.Join(parent, fmt.Sprintf("vigil.%d.999", os.Getpid()))
+	for _, d := range []string{filepath.Join(stale, "web"), filepath.Join(mine, "web")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { removeEmptyTree(stale); removeEmptyTree(mine) })
+	next := newCgroupRoot()
+	if next == nil {
+		t.Fatal("no cgroup root the second time")
+	}
+	t.Cleanup(next.remove)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale root %s of a dead daemon still there: %v", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join(mine, "web")); err != nil {
+		t.Errorf("a live daemon's cgroup was removed: %v", err)
 	}
 }

@@ -45,6 +45,7 @@ func newCgroupRoot() *cgroupRoot {
 	if self == "" {
 		return nil
 	}
+	removeStaleRoots(filepath.Join(mount, self))
 	dir := filepath.Join(mount, self, fmt.Sprintf("vigil.%d.%d", os.Getpid(), rootSeq.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil
@@ -56,6 +57,40 @@ func newCgroupRoot() *cgroupRoot {
 		return nil
 	}
 	return &cgroupRoot{dir: dir, services: make(map[string]*cgroup)}
+}
+
+// removeStaleRoots removes the empty cgroups that daemons which died left
+// in parent: "vigil.<pid>.<n>" whose pid runs no more. rmdir refuses a
+// cgroup that still holds a process, so instances that survived their
+// daemon (adopted by the next one) keep theirs until they end.
+func removeStaleRoots(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		var pid, n int
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "vigil.") {
+			continue
+		}
+		if _, err := fmt.Sscanf(e.Name(), "vigil.%d.%d", &pid, &n); err != nil || pid == os.Getpid() || Running(pid) {
+			continue
+		}
+		removeEmptyTree(filepath.Join(parent, e.Name()))
+	}
+}
+
+// removeEmptyTree removes dir's empty child cgroups, then dir if it is
+// empty by then.
+func removeEmptyTree(dir string) {
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if e.IsDir() {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	os.Remove(dir)
 }
 
 // remove deletes every service cgroup that is empty, and the root.

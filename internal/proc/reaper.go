@@ -321,11 +321,12 @@ func lookPath(file string, env []string) (string, error) {
 // Process is a started instance.
 type Process struct {
 	Identity
-	PGID     int
-	Service  string
-	token    string
-	cg       *cgroup
-	released bool
+	PGID      int
+	Service   string
+	token     string
+	cg        *cgroup
+	foreignCg bool // cg is a dead daemon's (the instance was adopted)
+	released  bool
 }
 
 // Signal sends sig to the instance's process group and to every member that
@@ -407,7 +408,17 @@ func Running(pid int) bool {
 // Release forgets the instance once its exit is seen and its strays are
 // dealt with; after it, Members and KillAll no longer look at the service's
 // cgroup, which by then may hold the next instance.
-func (p *Process) Release() { p.cg = nil; p.released = true }
+//
+// The cgroup of an adopted instance belonged to the daemon that died; it
+// is removed, with that daemon's root when nothing else is left in it.
+func (p *Process) Release() {
+	if p.foreignCg && p.cg != nil {
+		os.Remove(p.cg.dir)
+		os.Remove(filepath.Dir(p.cg.dir))
+	}
+	p.cg = nil
+	p.released = true
+}
 
 // strays are members outside the process group (they would miss a group signal).
 func (p *Process) strays() []int {
