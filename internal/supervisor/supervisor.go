@@ -652,8 +652,8 @@ func (s *Supervisor) spawnFailed(svc *service, err error) {
 	s.log.Warn("spawn failed", "service", svc.cfg.Name, "err", err)
 	svc.lastExit = &apitype.Exit{Class: string(policy.ClassSpawnFailed), At: now, Error: err.Error()}
 	d := svc.tracker.OnExit(svc.pol, policy.Exit{Class: policy.ClassSpawnFailed}, 0, now, s.rand())
+	s.publishCrash(svc, nil, now, d) // the record first, then what is done about it
 	s.decided(svc, policy.ClassSpawnFailed, d)
-	s.publishCrash(svc, nil, now, d)
 	s.finishStarted(svc, apitype.Errorf(apitype.CodeFailedPrecondition, "%s: %v", svc.cfg.Name, err))
 }
 
@@ -690,10 +690,10 @@ func (s *Supervisor) exited(svc *service, inst *instance, e Exit) {
 	if s.stopAll || !svc.want {
 		d.Restart = false
 	}
-	s.decided(svc, pe.Class, d)
 	if pe.Class.IsCrash() {
-		s.publishCrash(svc, inst, e.At, d)
+		s.publishCrash(svc, inst, e.At, d) // the record first, then what is done about it
 	}
+	s.decided(svc, pe.Class, d)
 	s.afterExit()
 }
 
@@ -948,7 +948,7 @@ func (s *Supervisor) publishCrash(svc *service, inst *instance, at time.Time, d 
 		Exit:      *svc.lastExit,
 		StartedAt: at,
 		Restarts:  svc.restarts,
-		Action:    crashAction(svc.state, d),
+		Action:    crashAction(svc, d),
 		Output:    []string{},
 		Leases:    []string{},
 	}
@@ -998,13 +998,14 @@ func errDurableTimeout(d time.Duration) error {
 	return fmt.Errorf("not durable within %s: the disk is stalled; going on without it", d)
 }
 
-// crashAction says what vigil did about a crash, for its record.
-func crashAction(state State, d policy.Decision) string {
-	switch state {
-	case Backoff:
-		return "restart in " + d.Delay.Round(time.Millisecond).String()
-	case Failed:
+// crashAction says what vigil does about a crash, for its record: what
+// decided will do with d.
+func crashAction(svc *service, d policy.Decision) string {
+	switch {
+	case d.Tripped || svc.tracker.Breaker == policy.BreakerOpen:
 		return string(policy.ReasonManualActionRequired)
+	case d.Restart:
+		return "restart in " + d.Delay.Round(time.Millisecond).String()
 	}
 	return "left down: " + string(d.Reason)
 }
