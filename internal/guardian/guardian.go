@@ -183,7 +183,8 @@ type guardian struct {
 
 // Run starts the daemon and keeps it alive until it exits cleanly, the
 // guardian is told to stop (SIGTERM, SIGINT, ctx), or the daemon cannot be
-// started the first time, which is the only error it returns.
+// started: the first exec fails, or a daemon exits with ExitNoRestart
+// while no stop was asked for. Those two are the errors it returns.
 func Run(ctx context.Context, opts Options) error {
 	o := opts.withDefaults()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -231,7 +232,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		clean := d.bye && ws.Exited() && ws.ExitStatus() == 0 && !d.killed
 		o.Logf("guardian: daemon pid %d ended: %s (bye=%v)", d.pid, describe(ws), d.bye)
-		if ws.Exited() && ws.ExitStatus() == ExitNoRestart && !d.killed {
+		if ws.Exited() && ws.ExitStatus() == ExitNoRestart && !d.killed && !g.stopping {
 			return fmt.Errorf("guardian: the daemon could not start (exit %d); not restarting it", ExitNoRestart)
 		}
 		if !clean && (!g.stopping || d.killed) {
@@ -279,7 +280,8 @@ func (g *guardian) start() error {
 		g.o.OnStart(proc.Pid)
 	}
 	if g.o.ExtraFilesOnce && len(g.o.ExtraFiles) > 0 {
-		if null, err := os.Open(os.DevNull); err == nil {
+		// Read-write: a later daemon may write its readiness there too.
+		if null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
 			for _, f := range g.o.ExtraFiles {
 				f.Close()
 			}

@@ -2,6 +2,7 @@ package guardian
 
 import (
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -226,6 +227,123 @@ func TestDamagedHistoryIsReplaced(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(hist), ".*tmp*")); len(left) != 0 {
 		t.Errorf("temp files left behind: %v", left)
+	}
+}
+
+// A daemon that exits with ExitNoRestart chose to: it could not start and a
+// restart would fail the same way. Run returns an error at once, with no
+// further start and no crash recorded for it; earlier crashes, including a
+// daemon the heartbeat timeout killed, are still restarted as usual.
+func TestExitNoRestartIsNotRestarted(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		seq     []string
+		timeout time.Duration
+		crashes []string // reasons of the recorded crashes, one per earlier start
+	}{
+		{"first", []string{"nostart", "clean"}, 0, nil},
+		{"after-crash", []string{"crash", "nostart", "clean"}, 0, []string{ReasonExited}},
+		{"after-timeout-kill", []string{"hang", "nostart", "clean"}, time.Second, []string{ReasonUnresponsive}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hist := historyPath(t)
+			g := startGuardian(t, testConfig{Seq: tc.seq, Interval: 10 * time.Millisecond, Timeout: tc.timeout,
+				Delay: 10 * time.Millisecond, History: hist})
+			if code := g.waitExit(t); code != 1 {
+				t.Fatalf("guardian exited with %d, want 1", code)
+			}
+			if l := strings.Join(g.waitLine(t, "run-error"), " "); !strings.Contains(l, "exit 78") || !strings.Contains(l, "not restarting") {
+				t.Errorf("error line %q, want one about exit 78 and not restarting", l)
+			}
+			// The guardian has exited: every line is in.
+			starts := g.waitLines(t, "started", len(tc.crashes)+1)
+			if n := g.count("started"); n != len(tc.crashes)+1 {
+				t.Fatalf("%d daemon starts, want %d", n, len(tc.crashes)+1)
+			}
+			h, err := LoadHistory(hist)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(h.Crashes) != len(tc.crashes) {
+				t.Fatalf("history = %+v, want %d crashes (none for the exit 78)", h, len(tc.crashes))
+			}
+			for i, reason := range tc.crashes {
+				if c := h.Crashes[i]; c.PID != atoi(t, starts[i][1]) || c.Reason != reason || c.Code == ExitNoRestart {
+					t.Errorf("crash %d = %+v, want pid %s reason %q", i, c, starts[i][1], reason)
+				}
+			}
+		})
+	}
+}
+
+// ExtraFiles go to every daemon as fds 3, …, with the link right after them.
+// With ExtraFilesOnce only the first daemon gets them: the guardian closes its
+// copy once that daemon has started, so a readiness pipe's reader sees EOF as
+// soon as that daemon is gone while the guardian runs on, and later daemons
+// get the null device there (writable, as the pipe was).
+func TestExtraFilesOnceGoToTheFirstDaemonOnly(t *testing.T) {
+	t.Parallel()
+	for _, once := range []bool{true, false} {
+		t.Run("once="+strconv.FormatBool(once), func(t *testing.T) {
+			t.Parallel()
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			g := startGuardian(t, testConfig{Seq: []string{"ready-then-crash", "null-fd3"}, Interval: 10 * time.Millisecond,
+				Delay: 10 * time.Millisecond, Once: once, extraFiles: []*os.File{w}})
+			w.Close() // the guardian has its own copy
+			lines := g.waitLines(t, "fd3 ", 2)
+			starts := g.waitLines(t, "started", 2)
+			g.waitLine(t, "ready")
+			const rest = "null=false link=4 write=ok"
+			if l := lines[0]; !strings.HasPrefix(l[1], "pipe:") || strings.Join(l[2:], " ") != rest {
+				t.Errorf("first daemon: %q, want fd 3 a pipe and %q", strings.Join(l, " "), rest)
+			}
+			want := "fd3 /dev/null null=true link=4 write=ok"
+			if !once {
+				want = "fd3 " + lines[0][1] + " " + rest // the same pipe again
+			}
+			if got := strings.Join(lines[1], " "); got != want {
+				t.Errorf("second daemon: %q, want %q", got, want)
+			}
+
+			wantData := "ok"
+			if once {
+				// The second daemon still runs (and so does the guardian),
+				// yet nothing holds the write end any more.
+				if procState(atoi(t, starts[1][1])) == "" {
+					t.Fatalf("the second daemon %s is gone", starts[1][1])
+				}
+			} else {
+				// Everyone keeps the write end until the guardian is done.
+				wantData = "okx"
+				g.signal(t, syscall.SIGTERM)
+				if code := g.waitExit(t); code != 0 {
+					t.Fatalf("guardian exited with %d, want 0", code)
+				}
+			}
+			r.SetReadDeadline(time.Now().Add(waitLimit))
+			if b, err := io.ReadAll(r); err != nil || string(b) != wantData {
+				t.Errorf("the pipe's reader got %q, %v; want %q, EOF", b, err, wantData)
+			}
+			select {
+			case <-g.exited:
+				if once {
+					t.Fatalf("guardian exited with %d before it was told to stop", g.code)
+				}
+			default:
+			}
+			if once {
+				g.signal(t, syscall.SIGTERM)
+				if code := g.waitExit(t); code != 0 {
+					t.Fatalf("guardian exited with %d, want 0", code)
+				}
+			}
+		})
 	}
 }
 

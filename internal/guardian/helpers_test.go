@@ -59,6 +59,10 @@ type testConfig struct {
 	Interval time.Duration
 	Timeout  time.Duration
 	Delay    time.Duration
+	Extra    int  // how many extra files the guardian got (fds 3, …) and passes on as ExtraFiles
+	Once     bool // ExtraFilesOnce
+
+	extraFiles []*os.File // the test's files behind Extra; not in the JSON
 }
 
 func loadConfig() testConfig {
@@ -92,6 +96,10 @@ func guardianMain() int {
 	if path == "" {
 		path, _ = os.Executable()
 	}
+	var extra []*os.File
+	for i := range c.Extra {
+		extra = append(extra, os.NewFile(uintptr(3+i), "extra"))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGUSR1)
 	defer stop()
 	err := Run(ctx, Options{
@@ -99,6 +107,8 @@ func guardianMain() int {
 		Env:               modeEnv("daemon", "GT_GUARDIAN_PID="+strconv.Itoa(os.Getpid())),
 		Stdout:            os.Stdout,
 		Stderr:            os.Stderr,
+		ExtraFiles:        extra,
+		ExtraFilesOnce:    c.Once,
 		HeartbeatInterval: c.Interval,
 		HeartbeatTimeout:  c.Timeout,
 		RestartDelay:      c.Delay,
@@ -125,6 +135,11 @@ func guardianMain() int {
 //	        SIGTERM/SIGINT "got <sig>", then "bye" and exit 0
 //	orphan  start two grandchildren that outlive it ("orphan-a <pid>" exits 7
 //	        when this daemon dies, "orphan-b <pid>" exits 7 on SIGUSR1), exit 1
+//	nostart exit ExitNoRestart, as a daemon that cannot start does
+//	ready-then-crash
+//	        write "ok" to fd 3, print fd3Line, exit 3
+//	null-fd3
+//	        write "x" to fd 3, print fd3Line, then serve
 func daemonMain() int {
 	// Never outlive the guardian, even if the test dies before its cleanup.
 	unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
@@ -142,6 +157,7 @@ func daemonMain() int {
 	f.Close()
 	behaviour := c.Seq[min(int(st.Size()), len(c.Seq)-1)]
 
+	linkFD := os.Getenv(EnvFD) // Attach unsets it
 	l, err := Attach()
 	if err != nil || l == nil {
 		say("attach-error %v %v", l, err)
@@ -170,29 +186,61 @@ func daemonMain() int {
 			time.Sleep(time.Hour)
 		}
 	case "serve":
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-		go l.Heartbeat(context.Background(), 0)
-		say("ready %d", os.Getpid())
-		for {
-			select {
-			case e := <-l.Exits():
-				say("recv exit %d %d", e.PID, uint32(e.Status))
-			case s := <-sigs:
-				say("got %s", unix.SignalName(s.(syscall.Signal)))
-				if s != syscall.SIGHUP {
-					l.Bye()
-					return 0
-				}
-			}
-		}
+		return serve(l)
 	case "orphan":
 		startGrandchild("a", syscall.SIGUSR1)
 		startGrandchild("b", 0)
 		return 1
+	case "nostart":
+		return ExitNoRestart
+	case "ready-then-crash":
+		say("%s", fd3Line("ok", linkFD))
+		return 3
+	case "null-fd3":
+		say("%s", fd3Line("x", linkFD))
+		return serve(l)
 	}
 	say("unknown behaviour %q", behaviour)
 	return 93
+}
+
+// serve heartbeats; prints "ready <pid>", each orphan exit it receives as
+// "recv exit <pid> <status>", "got SIGHUP" on SIGHUP, and on SIGTERM/SIGINT
+// "got <sig>", then sends "bye" and returns 0.
+func serve(l *Link) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	go l.Heartbeat(context.Background(), 0)
+	say("ready %d", os.Getpid())
+	for {
+		select {
+		case e := <-l.Exits():
+			say("recv exit %d %d", e.PID, uint32(e.Status))
+		case s := <-sigs:
+			say("got %s", unix.SignalName(s.(syscall.Signal)))
+			if s != syscall.SIGHUP {
+				l.Bye()
+				return 0
+			}
+		}
+	}
+}
+
+// fd3Line writes data to fd 3 and describes fd 3 and the link's fd as
+// "fd3 <readlink of fd 3> null=<is it the null device> link=<EnvFD> write=<ok or the error>".
+func fd3Line(data, linkFD string) string {
+	target, err := os.Readlink("/proc/self/fd/3")
+	if err != nil {
+		target = "none"
+	}
+	var st, null unix.Stat_t
+	isNull := unix.Fstat(3, &st) == nil && unix.Stat(os.DevNull, &null) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == null.Rdev
+	wrote := "ok"
+	if _, err := unix.Write(3, []byte(data)); err != nil {
+		wrote = strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	return fmt.Sprintf("fd3 %s null=%v link=%s write=%s", target, isNull, linkFD, wrote)
 }
 
 // startGrandchild starts a grandchild and waits until it can take SIGUSR1.
@@ -253,6 +301,7 @@ func startGuardianAttr(t *testing.T, c testConfig, attr *syscall.SysProcAttr) *g
 	t.Helper()
 	dir := t.TempDir()
 	c.Counter = filepath.Join(dir, "counter")
+	c.Extra = len(c.extraFiles)
 	if c.Timeout == 0 {
 		c.Timeout = 5 * time.Second // a daemon built with -race can take a while to start
 	}
@@ -272,6 +321,7 @@ func startGuardianAttr(t *testing.T, c testConfig, attr *syscall.SysProcAttr) *g
 	g := &gproc{cmd: exec.Command(exe), errLog: stderr.Name(), exited: make(chan struct{}), changed: make(chan struct{})}
 	g.cmd.Env = modeEnv("guardian", "GUARDIAN_TEST_CONFIG="+string(cfg), "GT_TOKEN="+tok)
 	g.cmd.Stdout, g.cmd.Stderr = w, stderr
+	g.cmd.ExtraFiles = c.extraFiles
 	g.cmd.SysProcAttr = attr
 	if err := g.cmd.Start(); err != nil {
 		if attr.Cloneflags&syscall.CLONE_NEWPID != 0 && errors.Is(err, syscall.EPERM) {
