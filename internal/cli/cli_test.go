@@ -57,6 +57,13 @@ new     starting  7    300ms   0         -                             closed   
 	if strings.Contains(b.String(), "SAFE MODE") {
 		t.Errorf("banner without safe mode:\n%s", b.String())
 	}
+	// A recovery in progress, or stuck, is said at the top.
+	st.Daemon.RecoveryStage = "restoring_failed"
+	b.Reset()
+	printStatus(&b, st, now)
+	if !strings.Contains(b.String(), "\nRECOVERING from the daemon's own crash: restoring_failed (vigil recovery status)\n") {
+		t.Errorf("no recovery banner:\n%s", b.String())
+	}
 }
 
 func TestHuman(t *testing.T) {

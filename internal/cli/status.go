@@ -47,6 +47,9 @@ func printStatus(w io.Writer, st apitype.Status, now time.Time) {
 	if st.Daemon.SafeMode {
 		fmt.Fprintln(w, "SAFE MODE: only essential services run (vigil safe-mode exit)")
 	}
+	if stage := st.Daemon.RecoveryStage; stage != "" && stage != "live" {
+		fmt.Fprintf(w, "RECOVERING from the daemon's own crash: %s (vigil recovery status)\n", stage)
+	}
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPID\tUPTIME\tRESTARTS\tLAST EXIT\tBREAKER\tNOTE")
