@@ -5,7 +5,7 @@
 // It needs root (the proc connector does).
 //
 //	go run ./bench                # every scenario
-//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify, crashes, checkpoint
+//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify, crashes, checkpoint, recover
 package main
 
 import (
@@ -27,11 +27,12 @@ import (
 )
 
 var (
-	only     = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify, crashes, checkpoint")
-	samples  = flag.Int("n", 300, "restarts measured in the restart and sigkill scenarios")
-	services = flag.Int("services", 1000, "services in the scale scenario")
-	idle     = flag.Duration("idle", 30*time.Second, "idle window for the CPU measurement")
-	records  = flag.Int("records", 1_000_000, "journal records in the crashes scenario")
+	only      = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify, crashes, checkpoint, recover")
+	samples   = flag.Int("n", 300, "restarts measured in the restart and sigkill scenarios")
+	services  = flag.Int("services", 1000, "services in the scale, notify, checkpoint and recover scenarios")
+	idle      = flag.Duration("idle", 30*time.Second, "idle window for the CPU measurement")
+	records   = flag.Int("records", 1_000_000, "journal records in the crashes scenario")
+	killsFlag = flag.Int("kills", 0, "daemon SIGKILLs in the recover scenario; 0: 10 with up to 100 services, else 5")
 )
 
 func main() {
@@ -59,7 +60,7 @@ func run() error {
 		name string
 		f    func(bin, dir string) error
 	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}, {"notify", notifyScenario},
-		{"crashes", crashesScenario}, {"checkpoint", checkpointScenario}} {
+		{"crashes", crashesScenario}, {"checkpoint", checkpointScenario}, {"recover", recoverScenario}} {
 		if *only != "" && *only != sc.name {
 			continue
 		}

@@ -204,6 +204,17 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	// Whether a recovery is due is settled before the API answers, so that
+	// status never says "live" while one is still to run.
+	d.recovery = d.newRecovery()
+	needed, rerr := d.recoveryNeeded()
+	if rerr != nil {
+		log.Error("recovery state unreadable: set aside, recovering from the start", "err", rerr)
+		if err := d.recovery.Store.SetAside(); err != nil {
+			return err
+		}
+	}
+	d.recovering.Store(needed)
 	srv := api.NewServer(d, log)
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) {
@@ -217,27 +228,34 @@ func Run(ctx context.Context, opts Options) (err error) {
 		_ = srv.Shutdown(sctx)
 	}()
 
-	d.recovery = d.newRecovery()
 	if why := d.safeModeAtStart(); why != "" {
 		if err := d.sup.SetSafeMode(true, why); err != nil {
 			return err
 		}
 	}
-	switch needed, err := d.recoveryNeeded(); {
-	case needed:
-		if err != nil {
-			log.Error("recovery state unreadable; recovering from the start", "err", err)
-		}
+	recovered := false
+	if needed {
 		if _, err := d.recovery.Run(ctx); err != nil {
 			log.Error("recovery stopped: `vigil recovery retry` resumes it", "err", err)
+		} else {
+			recovered = true
 		}
-	default:
+		d.recovering.Store(false)
+	} else {
 		d.restoreBlobs()
 		d.sup.StartAll()
 	}
 	schedCtx, stopSched := context.WithCancel(context.Background())
 	defer stopSched()
 	d.mem.startScheduler(schedCtx, cfg.Checkpoint, d.sup)
+	if recovered {
+		// What recovery adopted goes on disk now, so that the next recovery
+		// starts from here rather than replaying the journal since the
+		// crashed daemon's last checkpoint.
+		if _, err := d.mem.checkpointNow(ctx); err != nil {
+			log.Error("checkpoint after recovery", "err", err)
+		}
+	}
 	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
 	readied = true
 	ready(nil)
@@ -277,19 +295,22 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 // daemon implements api.Controller on top of the supervisor.
 type daemon struct {
-	opts      Options
-	log       *slog.Logger
-	sup       *supervisor.Supervisor
-	prefixer  *logs.Prefixer
-	notify    *notify.Server
-	mem       *memory
-	recovery  *recovery.Machine
-	restored  bool // recovery's restoring step has run in this process
-	startedAt time.Time
-	cfg       atomic.Pointer[config.Config]
-	reloadMu  sync.Mutex
-	downOnce  sync.Once
-	done      chan struct{}
+	opts     Options
+	log      *slog.Logger
+	sup      *supervisor.Supervisor
+	prefixer *logs.Prefixer
+	notify   *notify.Server
+	mem      *memory
+	recovery *recovery.Machine
+	restored bool // recovery's restoring step has run in this process
+	// recovering: a recovery is due or running; until the machine has
+	// persisted its first stage, status shows "crashed" rather than live.
+	recovering atomic.Bool
+	startedAt  time.Time
+	cfg        atomic.Pointer[config.Config]
+	reloadMu   sync.Mutex
+	downOnce   sync.Once
+	done       chan struct{}
 }
 
 func (d *daemon) Status() apitype.Status {
@@ -389,8 +410,11 @@ func (d *daemon) recoveryStage() string {
 		return string(recovery.Live)
 	}
 	st, err := d.recovery.Status()
-	if err != nil {
-		return string(recovery.Live)
+	switch {
+	case err != nil:
+		return "unreadable"
+	case st.Stage == recovery.Live && d.recovering.Load():
+		return string(recovery.Crashed)
 	}
 	return string(st.Stage)
 }

@@ -517,3 +517,28 @@ func TestUnderSystemd(t *testing.T) {
 		}
 	}
 }
+
+// TestDamagedRecoveryStateIsSetAside: a recovery.json that does not parse
+// is kept as .broken and the recovery starts afresh instead of failing.
+func TestDamagedRecoveryStateIsSetAside(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	state := filepath.Join(dir, ".vigil")
+	if err := daemon.MakeStateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, recovery.FileName), []byte(`{"stage":"restor`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProjectIn(t, dir, "[services.web]\ncommand = [\"sleep\", \"1000\"]\n", nil)
+	p.waitFor("web", 10*time.Second, "running", running)
+	if st := p.status().Daemon.RecoveryStage; st != "live" {
+		t.Fatalf("recovery stage %q", st)
+	}
+	if b, err := os.ReadFile(filepath.Join(state, recovery.FileName+".broken")); err != nil || string(b) != `{"stage":"restor` {
+		t.Fatalf("damaged state not kept aside: %q, %v", b, err)
+	}
+	if events := recoveryEvents(t, dir); len(events) == 0 || events[len(events)-1] != "reconciling→live" {
+		t.Fatalf("recovery after setting the damaged state aside: %v", events)
+	}
+}

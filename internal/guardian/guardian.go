@@ -120,7 +120,8 @@ type Options struct {
 	// first one counts from the daemon's start) before it SIGKILLs the daemon
 	// as unresponsive. Default 10 × HeartbeatInterval.
 	HeartbeatTimeout time.Duration
-	// RestartDelay is the first backoff after a crash. Default 100ms.
+	// RestartDelay is the backoff after the second crash in a row (the
+	// first is restarted at once), doubling from there. Default 100ms.
 	RestartDelay time.Duration
 	// MaxRestartDelay caps the doubling backoff. Default 5s.
 	MaxRestartDelay time.Duration
@@ -201,7 +202,10 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	tick := time.NewTicker(max(min(o.HeartbeatInterval, o.HeartbeatTimeout/4), time.Millisecond))
 	defer tick.Stop()
-	delay, done := o.RestartDelay, ctx.Done()
+	// The first restart is immediate: one crash is mended before a service
+	// notices. Crashes that follow back off from RestartDelay.
+	delay, done := time.Duration(0), ctx.Done()
+	next := func(d time.Duration) time.Duration { return min(max(2*d, o.RestartDelay), o.MaxRestartDelay) }
 	var restart <-chan time.Time
 	for {
 		select {
@@ -223,7 +227,7 @@ func Run(ctx context.Context, opts Options) error {
 			restart = nil
 			if err := g.start(); err != nil {
 				o.Logf("%v; retrying in %v", err, delay)
-				restart, delay = time.After(delay), min(2*delay, o.MaxRestartDelay)
+				restart, delay = time.After(delay), next(delay)
 			}
 		}
 		d, ws := g.reap() // on every wake: SIGCHLDs coalesce, but a reap is never missed
@@ -242,10 +246,10 @@ func Run(ctx context.Context, opts Options) error {
 			return nil
 		}
 		if time.Since(d.started) >= o.ResetAfter {
-			delay = o.RestartDelay
+			delay = 0
 		}
 		o.Logf("guardian: restarting the daemon in %v", delay)
-		restart, delay = time.After(delay), min(2*delay, o.MaxRestartDelay)
+		restart, delay = time.After(delay), next(delay)
 	}
 }
 

@@ -175,3 +175,20 @@ func (s *Store) Clear() error {
 	}
 	return nil
 }
+
+// SetAside moves a damaged file out of the way, to Path()+".broken" (an
+// older one there is replaced), so that a recovery can start afresh while
+// what was found stays for a person to read. No file is not an error.
+func (s *Store) SetAside() error {
+	if s.Dir == "" {
+		return errNoDir
+	}
+	fsys := s.fsys()
+	if err := fsys.Rename(s.Path(), s.Path()+".broken"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("recovery: set aside: %w", err)
+	}
+	if err := fsys.SyncDir(s.Dir); err != nil {
+		return fmt.Errorf("recovery: set aside: %w", err)
+	}
+	return nil
+}

@@ -196,3 +196,29 @@ func TestHistoryIsCapped(t *testing.T) {
 		t.Error("history is not oldest first")
 	}
 }
+
+// TestSetAside: a damaged file is moved to .broken, after which Load finds
+// nothing and a new recovery can be saved.
+func TestSetAside(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	if err := os.WriteFile(s.Path(), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Load(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("load of a damaged file: %v", err)
+	}
+	if err := s.SetAside(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(s.Path() + ".broken"); err != nil || string(b) != "{not json" {
+		t.Fatalf("set-aside copy: %q, %v", b, err)
+	}
+	if _, ok, err := s.Load(); ok || err != nil {
+		t.Fatalf("after SetAside: ok %v, %v", ok, err)
+	}
+	if err := s.SetAside(); err != nil {
+		t.Fatalf("SetAside with no file: %v", err)
+	}
+}
