@@ -413,8 +413,8 @@ func (d *daemon) recoveryStage() string {
 	switch {
 	case err != nil:
 		return "unreadable"
-	case st.Stage == recovery.Live && d.recovering.Load():
-		return string(recovery.Crashed)
+	case st.Stage == recovery.Live && len(st.History) == 0 && d.recovering.Load():
+		return string(recovery.Crashed) // due, and not begun yet
 	}
 	return string(st.Stage)
 }
