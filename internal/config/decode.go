@@ -57,6 +57,7 @@ func defaultService(name, dir string) Service {
 		Ready:        Readiness{Kind: ReadyStarted, Period: defaultReadyPeriod, Timeout: defaultCheckTimeout},
 		StartTimeout: defaultStartTimeout,
 		NotifyAccess: NotifyGroup,
+		HookTimeout:  defaultHookTimeout,
 	}
 }
 
@@ -64,7 +65,7 @@ func defaultService(name, dir string) Service {
 var (
 	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "safe_mode", "services"}
 	logsKeys      = []string{"max_size", "max_files"}
-	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness"}
+	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness", "on_crash", "on_failed", "hook_timeout"}
 	backoffKeys   = []string{"initial", "max", "multiplier", "jitter", "reset_after"}
 	crashLoopKeys = []string{"crashes", "window", "cooldown"}
 	restartValues = []string{string(RestartAlways), string(RestartOnFailure), string(RestartNever)}
@@ -168,6 +169,14 @@ func (d *decoder) service(name string, v *value, path string) Service {
 		case "command":
 			commandSeen = true
 			s.Command, s.Shell = d.command(f, fp)
+		case "on_crash":
+			s.OnCrash, _ = d.command(f, fp)
+		case "on_failed":
+			s.OnFailed, _ = d.command(f, fp)
+		case "hook_timeout":
+			if t, ok := d.positive(f, fp); ok {
+				s.HookTimeout = t
+			}
 		case "cwd":
 			if dir, ok := d.nonEmptyString(f, fp); ok {
 				s.Dir = d.abs(dir)

@@ -194,6 +194,10 @@ func TestLoadErrors(t *testing.T) {
 		{"journal limits", "journal.crash_output_bytes = \"1MiB\"\njournal.segment_size = 100\njournal.max_age = \"0s\"\njornal.x = 1\n" + web,
 			[]string{`1:30: journal.crash_output_bytes: at most 64KiB`, `2:24: journal.segment_size: must be at least 64KiB`,
 				`3:19: journal.max_age: must be more than 0`, `4:1: unknown key "jornal" at the top level; did you mean "journal"?`}},
+		{"hook errors", "[services.web]\ncommand = \"serve\"\non_crash = []\non_failed = 3\nhook_timeout = \"0s\"\n",
+			[]string{`3:12: services.web.on_crash: must not be empty`,
+				`4:13: services.web.on_failed: expected a string (run by /bin/sh -c) or an array of strings (run directly), got integer 3`,
+				`5:16: services.web.hook_timeout: must be more than 0`}},
 		{"safe mode keys", "safe_mode = { crashes = -1, window = \"0s\", crashs = 2 }\n" + web,
 			[]string{`1:25: safe_mode.crashes: must not be negative, got -1`, `1:38: safe_mode.window: must be more than 0`,
 				`1:44: unknown key "crashs" in [safe_mode]; did you mean "crashes"?`}},
@@ -392,6 +396,7 @@ func TestDefaults(t *testing.T) {
 			Ready:        Readiness{Kind: ReadyStarted, Period: 100 * time.Millisecond, Timeout: time.Second},
 			StartTimeout: 90 * time.Second,
 			NotifyAccess: NotifyGroup,
+			HookTimeout:  30 * time.Second,
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -440,6 +445,9 @@ ready = "notify"
 start_timeout = "2m"
 watchdog = "5s"
 notify_access = "main"
+on_crash = ["./bin/release-claims", "--service", "db"]
+on_failed = "mail -s 'db is down' ops"
+hook_timeout = "5s"
 [services.db.liveness]
 exec = ["pg_isready", "-q"]
 period = "30s"
@@ -513,6 +521,9 @@ watchdog = "0s"
 			StartTimeout: 2 * time.Minute,
 			Watchdog:     5 * time.Second,
 			NotifyAccess: NotifyMain,
+			OnCrash:      []string{"./bin/release-claims", "--service", "db"},
+			OnFailed:     []string{"/bin/sh", "-c", "mail -s 'db is down' ops"},
+			HookTimeout:  5 * time.Second,
 			Liveness: &Probe{Kind: ReadyExec, Command: []string{"pg_isready", "-q"}, Period: 30 * time.Second,
 				Timeout: 2 * time.Second, FailureThreshold: 5, InitialDelay: time.Minute},
 		}, {
@@ -533,6 +544,7 @@ watchdog = "0s"
 				Timeout: 3 * time.Second},
 			StartTimeout: 90 * time.Second,
 			NotifyAccess: NotifyGroup,
+			HookTimeout:  30 * time.Second,
 			Liveness: &Probe{Kind: ReadyTCP, Address: "127.0.0.1:8080", Period: 10 * time.Second,
 				Timeout: time.Second, FailureThreshold: 3},
 		}, {
@@ -551,6 +563,7 @@ watchdog = "0s"
 			StartTimeout: 90 * time.Second,
 			Watchdog:     10 * time.Millisecond,
 			NotifyAccess: NotifyGroup,
+			HookTimeout:  30 * time.Second,
 			Liveness: &Probe{Kind: ReadyHTTP, URL: "https://localhost/ping?deep=1", Period: 10 * time.Second,
 				Timeout: 250 * time.Millisecond, FailureThreshold: 3},
 		}, {
@@ -569,6 +582,7 @@ watchdog = "0s"
 				Period: 100 * time.Millisecond, Timeout: time.Second},
 			StartTimeout: 90 * time.Second,
 			NotifyAccess: NotifyGroup,
+			HookTimeout:  30 * time.Second,
 		}},
 	}
 	if !reflect.DeepEqual(cfg, want) {

@@ -14,6 +14,7 @@ import (
 // is: docs/config.md, "Why these defaults".
 const (
 	defaultStartTimeout   = 90 * time.Second // systemd's TimeoutStartSec
+	defaultHookTimeout    = 30 * time.Second
 	defaultReadyPeriod    = 100 * time.Millisecond
 	defaultCheckTimeout   = time.Second      // Kubernetes' timeoutSeconds
 	defaultProbePeriod    = 10 * time.Second // Kubernetes' periodSeconds

@@ -16,6 +16,11 @@ func (s Service) Equal(o Service) bool {
 	}
 	s.Command, o.Command = nil, nil
 	s.Env, o.Env = nil, nil
+	// Hooks are read when they run, from the config of that moment: a
+	// change to them is no reason to restart the service.
+	s.OnCrash, o.OnCrash = nil, nil
+	s.OnFailed, o.OnFailed = nil, nil
+	s.HookTimeout, o.HookTimeout = 0, 0
 	s.SuccessExit, o.SuccessExit = nil, nil
 	s.DependsOn, o.DependsOn = nil, nil
 	// The rest compares deeply, so a field added to Service later is

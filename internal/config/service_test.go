@@ -71,8 +71,20 @@ func TestEqual(t *testing.T) {
 	if a, b := base(), base(); a.Liveness == b.Liveness || !a.Equal(b) {
 		t.Error("equal liveness probes at different addresses are not Equal")
 	}
-	// Every field of Service is covered above (Name..Liveness).
-	if n := reflect.TypeFor[Service]().NumField(); n != 21 {
+	// Hooks are read when they run: changing one restarts nothing.
+	for field, change := range map[string]func(*Service){
+		"OnCrash":     func(s *Service) { s.OnCrash = []string{"release-tasks"} },
+		"OnFailed":    func(s *Service) { s.OnFailed = []string{"page"} },
+		"HookTimeout": func(s *Service) { s.HookTimeout = time.Minute },
+	} {
+		s := base()
+		change(&s)
+		if !s.Equal(base()) {
+			t.Errorf("a change to %s makes the service differ, so a reload would restart it", field)
+		}
+	}
+	// Every field of Service is covered above (Name..HookTimeout).
+	if n := reflect.TypeFor[Service]().NumField(); n != 24 {
 		t.Errorf("Service has %d fields; add the new ones to this test", n)
 	}
 }

@@ -79,6 +79,13 @@ type Service struct {
 	NotifyAccess NotifyAccess // default "group"
 	// Liveness is an optional periodic health probe; nil means none.
 	Liveness *Probe
+
+	// OnCrash runs after every crash, OnFailed when the crash-loop breaker
+	// opens; argv as Command (a string runs with /bin/sh -c), nil for none.
+	// Each gets the crash record as JSON on stdin.
+	OnCrash, OnFailed []string
+	// HookTimeout bounds a hook's run; default 30s.
+	HookTimeout time.Duration
 }
 
 // NotifyAccess is systemd's NotifyAccess=: which senders may speak for a service.

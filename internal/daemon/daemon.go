@@ -29,6 +29,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/event"
 	"github.com/vigil-dev/vigil/internal/fsutil"
 	"github.com/vigil-dev/vigil/internal/guardian"
+	"github.com/vigil-dev/vigil/internal/journal"
 	"github.com/vigil-dev/vigil/internal/logs"
 	"github.com/vigil-dev/vigil/internal/notify"
 	"github.com/vigil-dev/vigil/internal/probe"
@@ -153,6 +154,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	defer d.mem.close()
+	hooks := &hookRunner{reaper: reaper, cfg: d.cfg.Load, bus: bus, log: log, stateDir: cfg.StateDir}
+	defer hooks.close(0)
+	d.mem.cfg, d.mem.hooks = d.cfg.Load, hooks
 	notifyPath := filepath.Join(cfg.StateDir, "notify.sock")
 	run := &runner{reaper: reaper, rotator: rotator, stateDir: cfg.StateDir, notify: notifyPath, log: log}
 	book := newOrphanBook()
@@ -257,6 +261,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}
 	log.Info("daemon started", "pid", os.Getpid(), "config", cfg.Path, "services", len(cfg.Services))
+	if err := hooks.catchUp(&journal.Reader{Dir: d.mem.journal.Dir(), FS: opts.FS}, d.mem.lastSeq); err != nil {
+		log.Error("hooks due before this daemon started", "err", err)
+	}
 	readied = true
 	ready(nil)
 	if err := parent.ready(len(cfg.Services), d.sup.SafeMode()); err != nil {
@@ -282,7 +289,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	log.Info("stopping every service")
 	_ = parent.send("STOPPING=1")
 	d.sup.StopAll()
-	d.mem.close() // the final checkpoint needs the loop, which stops on return
+	hooks.close(5 * time.Second) // their outcomes must reach the journal, closed next
+	d.mem.close()                // the final checkpoint needs the loop, which stops on return
 	if link != nil {
 		// An intended stop: the guardian exits with us instead of restarting.
 		if err := link.Bye(); err != nil {

@@ -43,6 +43,11 @@ type memory struct {
 
 	failing atomic.Bool // the last journal write failed
 
+	// cfg is the daemon's current config and hooks its crash hooks; both
+	// are set before supervision starts.
+	cfg   func() *config.Config
+	hooks *hookRunner
+
 	mu        sync.Mutex
 	last      apitype.CheckpointInfo
 	closeOnce sync.Once
@@ -111,18 +116,41 @@ func openMemory(cfg *config.Config, fsys fsutil.FS, bus *event.Bus, log *slog.Lo
 
 // sink journals e. It runs inside Publish, so it only queues: the
 // journal's writer makes the record durable, and Options.Durable (the
-// journal's barrier) is what waits for it.
+// journal's barrier) is what waits for it. A crash record lists the hooks
+// due for it, which run once it is durable.
 func (m *memory) sink(e event.Event) {
+	typ, done := journal.TypeEvent, m.written
+	var seqc chan uint64
+	if e.Topic == event.CrashDetected && e.Crash != nil {
+		typ = journal.TypeCrash
+		if m.cfg != nil {
+			if svc, err := m.cfg().Lookup(e.Crash.Service); err == nil {
+				e.Crash.Hooks = hooksDue(*svc, e.Crash)
+			}
+		}
+		if len(e.Crash.Hooks) > 0 && m.hooks != nil {
+			// The record's sequence number reaches the writer's callback
+			// through seqc: the callback may run before Append returns.
+			seqc = make(chan uint64, 1)
+			crash := *e.Crash
+			done = func(err error) {
+				m.written(err)
+				if seq := <-seqc; err == nil {
+					m.hooks.due(seq, crash)
+				}
+			}
+		}
+	}
 	payload, err := json.Marshal(e)
 	if err != nil {
 		m.log.Error("journal: encoding event", "topic", e.Topic, "err", err)
 		return
 	}
-	typ := journal.TypeEvent
-	if e.Topic == event.CrashDetected && e.Crash != nil {
-		typ = journal.TypeCrash
+	seq, err := m.journal.Append(typ, payload, done)
+	if seqc != nil {
+		seqc <- seq
 	}
-	if _, err := m.journal.Append(typ, payload, m.written); err != nil {
+	if err != nil {
 		go m.written(err)
 	}
 	switch e.Topic {

@@ -42,6 +42,17 @@ func recoveryHelper() bool {
 			os.Exit(1)
 		}
 		os.Exit(0)
+	case "lease-then-crash":
+		// Claims a task, then crashes once the file named in its argument
+		// exists (the test waits until the daemon has the lease).
+		sddaemon.SdNotify(false, "LEASE=task-7")
+		for {
+			if _, err := os.Stat(os.Args[len(os.Args)-1]); err == nil {
+				os.Remove(os.Args[len(os.Args)-1])
+				os.Exit(3)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	case "heartbeat-until":
 		// Ready, then heartbeats until the file named in its argument exists:
 		// then it hangs, alive and silent.
@@ -541,4 +552,164 @@ func TestDamagedRecoveryStateIsSetAside(t *testing.T) {
 	if events := recoveryEvents(t, dir); len(events) == 0 || events[len(events)-1] != "reconciling→live" {
 		t.Fatalf("recovery after setting the damaged state aside: %v", events)
 	}
+}
+
+// hookProject is a worker that claims task-7 and crashes on demand, with
+// an on_crash hook that saves what it was given, one file per crash, after
+// waiting for the file "release" when hold is set.
+func hookProject(t *testing.T, dir string, hold bool) string {
+	t.Helper()
+	wait := ""
+	if hold {
+		wait = `echo $$ > hook-pid-$VIGIL_CRASH_SEQ; while [ ! -f release ]; do sleep 0.01; done; `
+	}
+	toml := fmt.Sprintf(`
+[services.worker]
+command = [%s, %q]
+env = { DAEMON_TEST_HELPER = "lease-then-crash" }
+on_crash = '%scat > hook-$VIGIL_CRASH_SEQ.json; env | grep ^VIGIL_ | sort > hook-$VIGIL_CRASH_SEQ.env'
+[services.worker.backoff]
+initial = "10ms"
+`, selfCommand(t), filepath.Join(dir, "crash-now"), wait)
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config
+}
+
+// crashWithLease waits until the worker holds task-7, then makes it crash.
+func crashWithLease(t *testing.T, c *client.Client, dir string) {
+	t.Helper()
+	waitAll(t, c, 10*time.Second, "worker holding task-7", func(st apitype.Status) bool {
+		s := st.Services[0]
+		return s.State == "running" && len(s.Leases) == 1 && s.Leases[0] == "task-7"
+	})
+	if err := os.WriteFile(filepath.Join(dir, "crash-now"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hookRuns lists the crash sequence numbers the hook saved a record for.
+func hookRuns(dir string) []string {
+	m, _ := filepath.Glob(filepath.Join(dir, "hook-*.json"))
+	var out []string
+	for _, f := range m {
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "hook-"), ".json"))
+	}
+	return out
+}
+
+func waitFile(t *testing.T, path string, timeout time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not written within %v", path, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestOnCrashHookGetsTheLeases(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	config := hookProject(t, dir, false)
+	runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+	for round := 1; round <= 2; round++ {
+		crashWithLease(t, c, dir)
+		waitAll(t, c, 10*time.Second, "hooks run", func(apitype.Status) bool { return len(hookRuns(dir)) == round })
+	}
+	for _, seq := range hookRuns(dir) {
+		var crash apitype.Crash
+		b := waitFile(t, filepath.Join(dir, "hook-"+seq+".env"), 10*time.Second)
+		if err := json.Unmarshal(waitFile(t, filepath.Join(dir, "hook-"+seq+".json"), time.Second), &crash); err != nil {
+			t.Fatal(err)
+		}
+		if crash.Service != "worker" || crash.Exit.Class != "exit_code" || len(crash.Leases) != 1 || crash.Leases[0] != "task-7" ||
+			fmt.Sprint(crash.Hooks) != "[on_crash]" || strconv.FormatUint(crash.Seq, 10) != seq {
+			t.Errorf("hook stdin: %+v", crash)
+		}
+		env := string(b)
+		for _, want := range []string{"VIGIL_CLASS=exit_code\n", "VIGIL_EXIT_CODE=3\n", "VIGIL_HOOK=on_crash\n",
+			"VIGIL_LEASES=task-7\n", "VIGIL_SERVICE=worker\n", "VIGIL_SIGNAL=\n", "VIGIL_CRASH_SEQ=" + seq + "\n"} {
+			if !strings.Contains(env, want) {
+				t.Errorf("hook environment lacks %q:\n%s", want, env)
+			}
+		}
+	}
+	// Exactly once per crash: two crashes, two runs, two hook.finished records.
+	waitAll(t, c, 10*time.Second, "both hook runs journaled", func(apitype.Status) bool {
+		return len(journalTopics(t, dir, event.HookFinished)) >= 2
+	})
+	if finished := journalTopics(t, dir, event.HookFinished); len(finished) != 2 || len(hookRuns(dir)) != 2 {
+		t.Fatalf("hook.finished %v, runs %v", finished, hookRuns(dir))
+	}
+}
+
+// TestHookDueWhenTheDaemonDiedRunsAfterRecovery: the daemon is SIGKILLed
+// while the hook for a crash runs (and the hook with it); the next daemon
+// runs it again, since no hook.finished records it.
+func TestHookDueWhenTheDaemonDiedRunsAfterRecovery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	config := hookProject(t, dir, true)
+	first := runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+	crashWithLease(t, c, dir)
+	pidFiles := func() []string { m, _ := filepath.Glob(filepath.Join(dir, "hook-pid-*")); return m }
+	deadline := time.Now().Add(10 * time.Second)
+	for len(pidFiles()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the hook did not start within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	hookPID, _ := strconv.Atoi(strings.TrimSpace(string(waitFile(t, pidFiles()[0], time.Second))))
+	first.kill(t)
+	syscall.Kill(hookPID, syscall.SIGKILL) // the run in progress dies with its daemon
+	os.Remove(pidFiles()[0])
+
+	runDaemon(t, config, true)
+	deadline = time.Now().Add(10 * time.Second)
+	for len(pidFiles()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the next daemon did not run the unfinished hook within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, c, 10*time.Second, "hook finished", func(apitype.Status) bool { return len(journalTopics(t, dir, event.HookFinished)) == 1 })
+	runs := hookRuns(dir)
+	if len(runs) != 1 {
+		t.Fatalf("hook runs %v", runs)
+	}
+	if b := waitFile(t, filepath.Join(dir, "hook-"+runs[0]+".json"), time.Second); !strings.Contains(string(b), `"leases":["task-7"]`) {
+		t.Fatalf("the late hook's record: %s", b)
+	}
+}
+
+// journalTopics returns the messages of the journal's events of topic.
+func journalTopics(t *testing.T, dir string, topic event.Topic) []string {
+	t.Helper()
+	recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeEvent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		var e event.Event
+		if json.Unmarshal(r.Payload, &e) == nil && e.Topic == topic {
+			out = append(out, e.Message)
+		}
+	}
+	return out
 }

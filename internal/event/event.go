@@ -40,6 +40,9 @@ const (
 	// services only, or everything again; Message says why.
 	SafeModeEntered Topic = "safemode.entered"
 	SafeModeExited  Topic = "safemode.exited"
+	// HookFinished: a crash hook (Reason: on_crash or on_failed) ran for
+	// the crash record CrashSeq; Message says how it ended.
+	HookFinished Topic = "hook.finished"
 	// RecoveryStage: the daemon's own recovery moved to State from From.
 	RecoveryStage Topic = "recovery.stage"
 )
@@ -60,6 +63,9 @@ type Event struct {
 	// Instance identifies the service's live instance on service.state
 	// events, so recovery finds instances started since the last checkpoint.
 	Instance *checkpoint.Instance `json:"instance,omitempty"`
+	// CrashSeq is the journal sequence number of the crash record a
+	// hook.finished event is about.
+	CrashSeq uint64 `json:"crash_seq,omitempty"`
 }
 
 // Bus fans events out to subscribers. Its zero value is ready to use.

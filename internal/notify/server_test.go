@@ -347,9 +347,9 @@ func TestBadDatagramsDroppedAndCounted(t *testing.T) {
 func TestTruncatedControlDropped(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "notify.sock")
-	// 64 descriptors leave the server helper room for the Go runtime but not
-	// for 200 passed descriptors.
-	cmd := helper(t, nil, "server", path, "3", "64")
+	// 128 descriptors leave the server helper room for the Go runtime (and
+	// the race detector) but not for 200 passed descriptors.
+	cmd := helper(t, nil, "server", path, "3", "128")
 	out := startServerHelper(t, cmd)
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {

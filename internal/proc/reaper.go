@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,7 +214,10 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		files = append(files, f.Fd())
 	}
 	token := fmt.Sprintf("%d.%d", os.Getpid(), instanceSeq.Add(1))
-	env := append(spec.Env[:len(spec.Env):len(spec.Env)], "VIGIL_SERVICE="+spec.Service, instanceEnv+"="+token)
+	env := append(spec.Env[:len(spec.Env):len(spec.Env)], instanceEnv+"="+token)
+	if !slices.ContainsFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VIGIL_SERVICE=") }) {
+		env = append(env, "VIGIL_SERVICE="+spec.Service) // a hook says which service it is about itself
+	}
 	sys := &syscall.SysProcAttr{Setpgid: true, Credential: spec.Credential}
 
 	var cg *cgroup

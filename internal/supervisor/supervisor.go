@@ -119,6 +119,9 @@ type Supervisor struct {
 	rand   func() float64
 	check  CheckFunc
 	pgidOf func(int) (int, bool)
+	// checkPosted, in tests, learns that a check's result is on the loop's
+	// queue, where Sync will see it.
+	checkPosted func()
 	// durable, durableWait and crashOutput: see Options.
 	durable     func(done func(error))
 	durableWait time.Duration

@@ -215,6 +215,9 @@ func (s *Supervisor) runCheck(kind config.ReadyKind, url, addr string, cmd []str
 	go func() {
 		err := s.check(context.Background(), kind, url, addr, cmd, timeout)
 		s.post(func() { done(err) })
+		if s.checkPosted != nil {
+			s.checkPosted()
+		}
 	}()
 }
 

@@ -208,7 +208,6 @@ func TestCheckedReadinessAndLivenessProbe(t *testing.T) {
 	h.sup.check = func(_ context.Context, kind config.ReadyKind, _, _ string, _ []string, _ time.Duration) error {
 		mu.Lock()
 		defer mu.Unlock()
-		defer func() { checked <- struct{}{} }()
 		r := results[kind]
 		if len(r) == 0 {
 			return nil
@@ -216,6 +215,7 @@ func TestCheckedReadinessAndLivenessProbe(t *testing.T) {
 		results[kind] = r[1:]
 		return r[0]
 	}
+	h.sup.checkPosted = func() { checked <- struct{}{} } // the result is queued: Sync sees it
 	waitCheck := func() {
 		t.Helper()
 		select {

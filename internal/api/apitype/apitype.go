@@ -102,6 +102,9 @@ type Crash struct {
 	Output    []string  `json:"output"`   // the service's last lines of output
 	Leases    []string  `json:"leases"`   // LEASE= ids the instance held
 	Action    string    `json:"action"`   // what vigil did: "restart in 1s", "manual_action_required", "left down: …"
+	// Hooks are the hooks due for this crash ("on_crash", "on_failed"), each
+	// run at least once; a hook.finished event records each run.
+	Hooks []string `json:"hooks,omitempty"`
 }
 
 // Recovery is the daemon's own recovery after an unclean stop: the body of
