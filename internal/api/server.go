@@ -42,6 +42,12 @@ type Controller interface {
 	RetryRecovery(ctx context.Context) (apitype.Recovery, error)
 	// SetSafeMode enters (on) or leaves safe mode: essential services only.
 	SetSafeMode(on bool) error
+	// The session registry and its cleanup.
+	RegisterSession(req apitype.SessionRequest) (apitype.Session, error)
+	HeartbeatSession(id string) error
+	EndSession(id string) error
+	Sessions() []apitype.Session
+	Cleanup(ctx context.Context) (apitype.Cleanup, error)
 }
 
 // Listen creates the control socket at path with mode 0600. The caller holds
@@ -186,6 +192,28 @@ func NewServer(c Controller, logger *slog.Logger) *Server {
 		default:
 			reply(w, nil, apitype.Errorf(apitype.CodeNotFound, "safe-mode %q: want enter or exit", r.PathValue("verb")))
 		}
+	})
+	mux.HandleFunc("POST /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		var req apitype.SessionRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			reply(w, nil, apitype.Errorf(apitype.CodeInvalidArgument, "session request: %v", err))
+			return
+		}
+		s, err := c.RegisterSession(req)
+		reply(w, s, err)
+	})
+	mux.HandleFunc("GET /v1/sessions", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, c.Sessions(), nil)
+	})
+	mux.HandleFunc("POST /v1/sessions/{id}/heartbeat", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"id": r.PathValue("id")}, c.HeartbeatSession(r.PathValue("id")))
+	})
+	mux.HandleFunc("DELETE /v1/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, map[string]string{"id": r.PathValue("id")}, c.EndSession(r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /v1/gc", func(w http.ResponseWriter, r *http.Request) {
+		res, err := c.Cleanup(r.Context())
+		reply(w, res, err)
 	})
 	mux.HandleFunc("GET /v1/recovery", func(w http.ResponseWriter, r *http.Request) {
 		st, err := c.Recovery()

@@ -21,6 +21,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api"
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/api/client"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 // helperEnv makes the test binary a client that calls Status on the socket
@@ -107,6 +108,20 @@ func (f *fake) Recovery() (apitype.Recovery, error) {
 func (f *fake) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
 	f.record("retry")
 	return apitype.Recovery{}, apitype.Errorf(apitype.CodeFailedPrecondition, "recovery is live: nothing to retry")
+}
+func (f *fake) RegisterSession(req apitype.SessionRequest) (apitype.Session, error) {
+	f.record("register " + req.Name)
+	return apitype.Session{ID: "abc123", Name: req.Name, PID: req.PID, StartTime: 7}, nil
+}
+func (f *fake) HeartbeatSession(id string) error { f.record("heartbeat " + id); return nil }
+func (f *fake) EndSession(id string) error       { f.record("end " + id); return nil }
+func (f *fake) Sessions() []apitype.Session {
+	return []apitype.Session{{ID: "abc123", Name: "agent", PID: 42, StartTime: 7, Groups: []registry.Group{{PGID: 43}}}}
+}
+func (f *fake) Cleanup(ctx context.Context) (apitype.Cleanup, error) {
+	f.record("gc")
+	return apitype.Cleanup{Removed: []apitype.CleanedSession{{Session: apitype.Session{ID: "x", Name: "gone", PID: 9}, Verdict: "dead", Killed: []int{10, 11}}},
+		Stale: []apitype.Session{}, Killed: 2}, nil
 }
 func (f *fake) SetSafeMode(on bool) error {
 	f.record(fmt.Sprint("safe-mode ", on))

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/policy"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 // Version is the schema version this build writes and the newest it reads.
@@ -15,6 +16,8 @@ type State struct {
 	// SafeMode is true while the daemon runs only essential services.
 	SafeMode bool      `json:"safe_mode"`
 	Services []Service `json:"services"`
+	// Sessions are the registered external sessions.
+	Sessions []registry.Session `json:"sessions,omitempty"`
 }
 
 // Service is one service's checkpointed state.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vigil-dev/vigil/internal/api"
 	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 func TestStatusTable(t *testing.T) {
@@ -174,6 +175,20 @@ func (f *fakeDaemon) Recovery() (apitype.Recovery, error) {
 func (f *fakeDaemon) RetryRecovery(ctx context.Context) (apitype.Recovery, error) {
 	return apitype.Recovery{Stage: "live", History: []apitype.RecoveryTransition{}}, f.record("retry")
 }
+func (f *fakeDaemon) RegisterSession(req apitype.SessionRequest) (apitype.Session, error) {
+	f.record("register " + req.Name)
+	return apitype.Session{ID: "abc123", Name: req.Name, PID: req.PID, StartTime: 7}, nil
+}
+func (f *fakeDaemon) HeartbeatSession(id string) error { f.record("heartbeat " + id); return nil }
+func (f *fakeDaemon) EndSession(id string) error       { f.record("end " + id); return nil }
+func (f *fakeDaemon) Sessions() []apitype.Session {
+	return []apitype.Session{{ID: "abc123", Name: "agent", PID: 42, StartTime: 7, Groups: []registry.Group{{PGID: 43}}}}
+}
+func (f *fakeDaemon) Cleanup(ctx context.Context) (apitype.Cleanup, error) {
+	f.record("gc")
+	return apitype.Cleanup{Removed: []apitype.CleanedSession{{Session: apitype.Session{ID: "x", Name: "gone", PID: 9}, Verdict: "dead", Killed: []int{10, 11}}},
+		Stale: []apitype.Session{}, Killed: 2}, nil
+}
 func (f *fakeDaemon) SetSafeMode(on bool) error {
 	f.record(fmt.Sprint("safe-mode ", on))
 	return nil
@@ -229,6 +244,11 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 		{[]string{"recovery", "retry"}, 0, "recovery: live (no recovery in progress)\n", ""},
 		{[]string{"safe-mode", "enter"}, 0, "vigil: safe mode on: only essential services run (vigil safe-mode exit brings the rest back)\n", ""},
 		{[]string{"safe-mode", "exit"}, 0, "vigil: safe mode off: every service runs again\n", ""},
+		{[]string{"session", "register", "--name", "agent", "--pid", "42"}, 0, "abc123\n", ""},
+		{[]string{"session", "heartbeat", "abc123"}, 0, "", ""},
+		{[]string{"session", "end", "abc123"}, 0, "vigil: session abc123: ended\n", ""},
+		{[]string{"session", "register"}, 2, "", "vigil: session register needs --name\n"},
+		{[]string{"gc"}, 0, "removed gone (dead, owner pid 9): killed 2 processes\nvigil: gc: 1 sessions removed, 0 stale, 2 processes killed\n", ""},
 	} {
 		exit, stdout, stderr := run(append([]string{"--state-dir", dir}, tc.args...)...)
 		if exit != tc.exit || stdout != tc.stdout || stderr != tc.stderr {
@@ -238,7 +258,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint, recovery, retry, safe-mode true, safe-mode false" {
+	if got := strings.Join(f.calls, ", "); got != "start web, stop web, restart web, reset web, reload, checkpoint, recovery, retry, safe-mode true, safe-mode false, register agent, heartbeat abc123, end abc123, gc" {
 		t.Errorf("the daemon was asked: %s", got)
 	}
 }

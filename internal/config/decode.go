@@ -38,6 +38,7 @@ func defaultConfig(path, dir string) *Config {
 		Journal:    defaultJournal,
 		Checkpoint: defaultCheckpoint,
 		SafeMode:   defaultSafeMode,
+		Sessions:   defaultSessions,
 	}
 }
 
@@ -63,7 +64,7 @@ func defaultService(name, dir string) Service {
 
 // The keys each table accepts, for suggestions when a key is unknown.
 var (
-	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "safe_mode", "services"}
+	topKeys       = []string{"state_dir", "logs", "journal", "checkpoint", "safe_mode", "sessions", "services"}
 	logsKeys      = []string{"max_size", "max_files"}
 	serviceKeys   = []string{"command", "cwd", "env", "user", "group", "restart", "success_exit", "stop_signal", "stop_timeout", "depends_on", "essential", "autostart", "backoff", "crash_loop", "ready", "ready_check", "start_timeout", "watchdog", "notify_access", "liveness", "on_crash", "on_failed", "hook_timeout"}
 	backoffKeys   = []string{"initial", "max", "multiplier", "jitter", "reset_after"}
@@ -104,6 +105,8 @@ func decodeTOML(root *value, path, dir string, pr *problems) *Config {
 			cfg.Checkpoint = d.checkpoint(f, fp)
 		case "safe_mode":
 			cfg.SafeMode = d.safeMode(f, fp)
+		case "sessions":
+			cfg.Sessions = d.sessions(f, fp)
 		case "services":
 			services = f
 			cfg.Services = d.services(f, fp)

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // Journal configures the crash journal (<state>/journal).
 type Journal struct {
@@ -27,7 +31,26 @@ type SafeMode struct {
 	Window  time.Duration // default 60s
 }
 
+// Sessions configures the registry of external sessions (`vigil run`,
+// `vigil session register`) and its cleanup.
+type Sessions struct {
+	Heartbeat     time.Duration // a session's default heartbeat interval; default 5s
+	StaleAfter    time.Duration // no heartbeat for this long is stale; default 30s
+	StaleAction   string        // "report" (default) or "kill"
+	CleanupPeriod time.Duration // how often dead and stale sessions are swept; default 60s
+	KillGrace     time.Duration // SIGTERM to SIGKILL; default 5s
+}
+
+// Stale actions.
+const (
+	StaleReport = "report"
+	StaleKill   = "kill"
+)
+
 var (
+	defaultSessions = Sessions{Heartbeat: 5 * time.Second, StaleAfter: 30 * time.Second, StaleAction: StaleReport,
+		CleanupPeriod: 60 * time.Second, KillGrace: 5 * time.Second}
+	sessionsKeys      = []string{"heartbeat", "stale_after", "stale_action", "cleanup_period", "kill_grace"}
 	defaultSafeMode   = SafeMode{Crashes: 3, Window: 60 * time.Second}
 	safeModeKeys      = []string{"crashes", "window"}
 	defaultJournal    = Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10}
@@ -125,4 +148,49 @@ func (d *decoder) safeMode(v *value, path string) SafeMode {
 		return true
 	})
 	return m
+}
+
+func (d *decoder) sessions(v *value, path string) Sessions {
+	c := defaultSessions
+	d.eachField(v, path, sessionsKeys, func(key string, f *value, fp string) bool {
+		switch key {
+		case "heartbeat", "stale_after", "cleanup_period", "kill_grace":
+			t, ok := d.positive(f, fp)
+			if !ok {
+				return true
+			}
+			switch key {
+			case "heartbeat":
+				c.Heartbeat = t
+			case "stale_after":
+				c.StaleAfter = t
+			case "cleanup_period":
+				c.CleanupPeriod = t
+			case "kill_grace":
+				c.KillGrace = t
+			}
+		case "stale_action":
+			if a, ok := d.enum(f, fp, []string{StaleReport, StaleKill}); ok {
+				c.StaleAction = a
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	return c
+}
+
+// enum accepts a string among values.
+func (d *decoder) enum(f *value, path string, values []string) (string, bool) {
+	want := `"` + strings.Join(values, `" or "`) + `"`
+	if f.kind != kindString {
+		d.wrongType(f, path, "a string ("+want+")")
+		return "", false
+	}
+	if !slices.Contains(values, f.text) {
+		d.add(f.pos, `%s: invalid value %q; want %s%s`, path, f.text, want, suggestion(f.text, values))
+		return "", false
+	}
+	return f.text, true
 }

@@ -198,6 +198,9 @@ func TestLoadErrors(t *testing.T) {
 			[]string{`3:12: services.web.on_crash: must not be empty`,
 				`4:13: services.web.on_failed: expected a string (run by /bin/sh -c) or an array of strings (run directly), got integer 3`,
 				`5:16: services.web.hook_timeout: must be more than 0`}},
+		{"session keys", "sessions = { stale_action = \"kil\", heartbeat = \"0s\" }\n" + web,
+			[]string{`1:29: sessions.stale_action: invalid value "kil"; want "report" or "kill"; did you mean "kill"?`,
+				`1:48: sessions.heartbeat: must be more than 0`}},
 		{"safe mode keys", "safe_mode = { crashes = -1, window = \"0s\", crashs = 2 }\n" + web,
 			[]string{`1:25: safe_mode.crashes: must not be negative, got -1`, `1:38: safe_mode.window: must be more than 0`,
 				`1:44: unknown key "crashs" in [safe_mode]; did you mean "crashes"?`}},
@@ -380,6 +383,8 @@ func TestDefaults(t *testing.T) {
 		Journal:    Journal{SegmentSize: 8 << 20, MaxSize: 256 << 20, MaxAge: 720 * time.Hour, CrashOutputLines: 20, CrashOutputBytes: 8 << 10},
 		Checkpoint: Checkpoint{Interval: time.Minute, Activity: 50, MaxAge: 24 * time.Hour, WarnSize: 50 << 20},
 		SafeMode:   SafeMode{Crashes: 3, Window: time.Minute},
+		Sessions: Sessions{Heartbeat: 5 * time.Second, StaleAfter: 30 * time.Second, StaleAction: "report",
+			CleanupPeriod: time.Minute, KillGrace: 5 * time.Second},
 		Services: []Service{{
 			Name:        "web",
 			Command:     []string{"/bin/sh", "-c", "serve"},
@@ -428,6 +433,13 @@ warn_size = "1MiB"
 [safe_mode]
 crashes = 5
 window = "5m"
+
+[sessions]
+heartbeat = "2s"
+stale_after = "10s"
+stale_action = "kill"
+cleanup_period = "15s"
+kill_grace = "1s"
 
 [services.db]
 command = ["postgres", "-D", "data dir"]
@@ -501,6 +513,8 @@ watchdog = "0s"
 		Journal:    Journal{SegmentSize: 1 << 20, MaxSize: 64 << 20, MaxAge: 168 * time.Hour, CrashOutputLines: 50, CrashOutputBytes: 16 << 10},
 		Checkpoint: Checkpoint{Interval: 30 * time.Second, Activity: 10, MaxAge: 12 * time.Hour, WarnSize: 1 << 20},
 		SafeMode:   SafeMode{Crashes: 5, Window: 5 * time.Minute},
+		Sessions: Sessions{Heartbeat: 2 * time.Second, StaleAfter: 10 * time.Second, StaleAction: "kill",
+			CleanupPeriod: 15 * time.Second, KillGrace: time.Second},
 		Services: []Service{{
 			Name:        "db",
 			Command:     []string{"postgres", "-D", "data dir"},

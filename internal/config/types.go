@@ -21,6 +21,8 @@ type Config struct {
 	// SafeMode: when the daemon's own crashes make it run essential
 	// services only.
 	SafeMode SafeMode
+	// Sessions: the external sessions' heartbeats and cleanup.
+	Sessions Sessions
 	// Services in the order they appear in the file.
 	Services []Service
 }

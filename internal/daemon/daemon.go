@@ -35,6 +35,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/probe"
 	"github.com/vigil-dev/vigil/internal/proc"
 	"github.com/vigil-dev/vigil/internal/recovery"
+	"github.com/vigil-dev/vigil/internal/registry"
 	"github.com/vigil-dev/vigil/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
@@ -208,6 +209,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	d.reg = &registry.Registry{}
+	if err := d.restoreSessions(); err != nil {
+		log.Error("sessions not restored", "err", err)
+	}
+	d.mem.sessions = d.reg.List
 	// Whether a recovery is due is settled before the API answers, so that
 	// status never says "live" while one is still to run.
 	d.recovery = d.newRecovery()
@@ -270,6 +276,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		log.Warn("sd_notify READY to our own supervisor", "err", err)
 	}
 	go parent.watch(loopCtx, d.sup)
+	go d.sweepSessions(loopCtx)
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -310,6 +317,7 @@ type daemon struct {
 	notify   *notify.Server
 	mem      *memory
 	recovery *recovery.Machine
+	reg      *registry.Registry
 	restored bool // recovery's restoring step has run in this process
 	// recovering: a recovery is due or running; until the machine has
 	// persisted its first stage, status shows "crashed" rather than live.

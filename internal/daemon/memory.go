@@ -19,6 +19,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/fsutil"
 	"github.com/vigil-dev/vigil/internal/journal"
 	"github.com/vigil-dev/vigil/internal/logs"
+	"github.com/vigil-dev/vigil/internal/registry"
 	"github.com/vigil-dev/vigil/internal/supervisor"
 )
 
@@ -47,6 +48,8 @@ type memory struct {
 	// are set before supervision starts.
 	cfg   func() *config.Config
 	hooks *hookRunner
+	// sessions lists the registered sessions for the checkpoint.
+	sessions func() []registry.Session
 
 	mu        sync.Mutex
 	last      apitype.CheckpointInfo
@@ -205,6 +208,9 @@ func (m *memory) startScheduler(ctx context.Context, cfg config.Checkpoint, sup 
 // write takes and writes one checkpoint.
 func (m *memory) write(sup *supervisor.Supervisor) error {
 	st := sup.Checkpoint()
+	if m.sessions != nil {
+		st.Sessions = m.sessions()
+	}
 	began := time.Now()
 	info, err := m.store.Write(&st)
 	took := time.Since(began)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/checkpoint"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 // Topic names a kind of event; the strings are part of the API (DESIGN §7).
@@ -43,6 +44,14 @@ const (
 	// HookFinished: a crash hook (Reason: on_crash or on_failed) ran for
 	// the crash record CrashSeq; Message says how it ended.
 	HookFinished Topic = "hook.finished"
+	// Session topics: a session registered or ended by its owner, found
+	// stale, or removed by a cleanup (Message says what was killed);
+	// CleanupBulk when one cleanup killed more than 3 processes.
+	SessionRegistered Topic = "session.registered"
+	SessionEnded      Topic = "session.ended"
+	SessionStale      Topic = "session.stale"
+	SessionRemoved    Topic = "session.removed"
+	CleanupBulk       Topic = "cleanup.bulk"
 	// RecoveryStage: the daemon's own recovery moved to State from From.
 	RecoveryStage Topic = "recovery.stage"
 )
@@ -66,6 +75,8 @@ type Event struct {
 	// CrashSeq is the journal sequence number of the crash record a
 	// hook.finished event is about.
 	CrashSeq uint64 `json:"crash_seq,omitempty"`
+	// Session is the session a session.* event is about.
+	Session *registry.Session `json:"session,omitempty"`
 }
 
 // Bus fans events out to subscribers. Its zero value is ready to use.

@@ -5,6 +5,7 @@ package apitype
 
 import (
 	"fmt"
+	"github.com/vigil-dev/vigil/internal/registry"
 	"time"
 )
 
@@ -124,6 +125,37 @@ type RecoveryTransition struct {
 	At      time.Time `json:"at"`
 	Attempt int       `json:"attempt"`
 	Error   string    `json:"error,omitempty"`
+}
+
+// Session is a registered external session (GET /v1/sessions).
+type Session = registry.Session
+
+// SessionRequest registers a session: POST /v1/sessions. The owner is PID
+// (its start time read from /proc when StartTime is 0); Groups are the
+// process groups it owns; zero durations take the config's defaults.
+type SessionRequest struct {
+	Name       string        `json:"name"`
+	Type       string        `json:"type,omitempty"`
+	PID        int           `json:"pid"`
+	StartTime  uint64        `json:"start_time,omitempty"`
+	Groups     []int         `json:"groups,omitempty"`
+	Heartbeat  time.Duration `json:"heartbeat,omitempty"`
+	StaleAfter time.Duration `json:"stale_after,omitempty"`
+}
+
+// Cleanup is what one cleanup of the sessions did: POST /v1/gc.
+type Cleanup struct {
+	Removed []CleanedSession `json:"removed"` // dead (or stale, with stale_action = "kill")
+	Stale   []Session        `json:"stale"`   // reported
+	Killed  int              `json:"killed"`  // processes signalled
+	TookMS  float64          `json:"took_ms"`
+}
+
+// CleanedSession is one removed session and what was killed of it.
+type CleanedSession struct {
+	Session Session `json:"session"`
+	Verdict string  `json:"verdict"` // "dead" or "stale"
+	Killed  []int   `json:"killed"`  // pids sent SIGTERM (SIGKILL after the grace)
 }
 
 // ReloadResult says what a reload changed.

@@ -182,3 +182,38 @@ func (c *Client) SetSafeMode(ctx context.Context, on bool) error {
 	}
 	return c.do(ctx, "POST", "/v1/safe-mode/"+verb, nil)
 }
+
+// RegisterSession registers an external session and returns it with its ID.
+func (c *Client) RegisterSession(ctx context.Context, req apitype.SessionRequest) (apitype.Session, error) {
+	var out apitype.Session
+	body, err := json.Marshal(req)
+	if err != nil {
+		return out, err
+	}
+	err = c.doBody(ctx, "POST", "/v1/sessions", body, &out)
+	return out, err
+}
+
+// HeartbeatSession tells the daemon the session's owner is alive.
+func (c *Client) HeartbeatSession(ctx context.Context, id string) error {
+	return c.do(ctx, "POST", "/v1/sessions/"+url.PathEscape(id)+"/heartbeat", nil)
+}
+
+// EndSession ends a session; what it owned is its owner's business.
+func (c *Client) EndSession(ctx context.Context, id string) error {
+	return c.do(ctx, "DELETE", "/v1/sessions/"+url.PathEscape(id), nil)
+}
+
+// Sessions lists the registered sessions.
+func (c *Client) Sessions(ctx context.Context) ([]apitype.Session, error) {
+	var out []apitype.Session
+	err := c.do(ctx, "GET", "/v1/sessions", &out)
+	return out, err
+}
+
+// Cleanup runs a cleanup of dead and stale sessions now (`vigil gc`).
+func (c *Client) Cleanup(ctx context.Context) (apitype.Cleanup, error) {
+	var out apitype.Cleanup
+	err := c.do(ctx, "POST", "/v1/gc", &out)
+	return out, err
+}

@@ -1,0 +1,214 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/api/client"
+	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/proc"
+)
+
+// startGroup starts sh in a process group of its own with a background
+// and a foreground sleep; it is waited for (reaped) in the background.
+func startGroup(t *testing.T, script string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	return cmd
+}
+
+// groupAlive lists the live (not zombie) processes of process group pgid.
+func groupAlive(pgid int) []int {
+	var out []int
+	for _, pid := range allPIDs() {
+		if g, ok := proc.ProcessGroup(pid); ok && g == pgid && alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func allPIDs() []int {
+	entries, _ := filepath.Glob("/proc/[0-9]*")
+	var out []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(filepath.Base(e), &pid); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+const sessionsToml = `
+[sessions]
+cleanup_period = "100ms"
+kill_grace = "200ms"
+[services.idle]
+command = ["sleep", "1000"]
+`
+
+// TestDeadOwnersGroupsAreCleanedUp: a session's owner is SIGKILLed;
+// within one cleanup period every process it owned is gone, the cleanup
+// is journaled, and a stranger that now has a dead owner's pid is spared.
+func TestDeadOwnersGroupsAreCleanedUp(t *testing.T) {
+	t.Parallel()
+	p := startProjectIn(t, t.TempDir(), sessionsToml, nil)
+	owner := startGroup(t, "sleep 1000")
+	owned := startGroup(t, "sleep 1000 & sleep 1000; wait")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(groupAlive(owned.Process.Pid)) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the owned group has %v", groupAlive(owned.Process.Pid))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ctx := context.Background()
+	_, err := p.c.RegisterSession(ctx, apitype.SessionRequest{Name: "agent", Type: "agent", PID: owner.Process.Pid,
+		Groups: []int{owned.Process.Pid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A session whose owner pid now belongs to a stranger (another start
+	// time): dead, and the stranger is not touched.
+	stranger := startGroup(t, "sleep 1000")
+	sid, err := proc.ReadIdentity(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.c.RegisterSession(ctx, apitype.SessionRequest{Name: "gone", PID: sid.PID, StartTime: sid.StartTime + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := syscall.Kill(owner.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	for len(groupAlive(owned.Process.Pid)) > 0 {
+		if time.Since(began) > 5*time.Second {
+			t.Fatalf("owned processes %v still alive 5s after their owner died", groupAlive(owned.Process.Pid))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// One cleanup period (100ms) plus the SIGTERM: sh ignores nothing here.
+	if took := time.Since(began); took > 2*time.Second {
+		t.Errorf("cleanup took %v", took)
+	}
+	t.Logf("owner SIGKILL → owned group gone: %v", time.Since(began))
+	if !sid.Alive() {
+		t.Fatal("the stranger with a dead owner's pid was killed")
+	}
+	ss, err := p.c.Sessions(ctx)
+	if err != nil || len(ss) != 0 {
+		t.Fatalf("sessions left: %+v, %v", ss, err)
+	}
+	removed := journalTopics(t, p.dir, event.SessionRemoved)
+	if len(removed) != 2 || !strings.Contains(strings.Join(removed, "\n"), "agent (dead): killed 3 processes") {
+		t.Fatalf("journaled removals: %q", removed)
+	}
+}
+
+// TestSessionsConcurrentAndDurable: 64 registrants, 100 rounds each, over
+// the real socket while others list; then the daemon is SIGKILLed and the
+// next one has every registration back from the journal.
+func TestSessionsConcurrentAndDurable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	config := filepath.Join(dir, "vigil.toml")
+	writeFile(t, config, "[sessions]\nheartbeat = \"1h\"\nstale_after = \"2h\"\n[services.idle]\ncommand = [\"sleep\", \"1000\"]\n")
+	first := runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+	self, err := proc.ReadIdentity(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	ids := make([][]string, 64)
+	errs := make(chan error, 64)
+	stop := make(chan struct{})
+	var listWG sync.WaitGroup
+	listWG.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ss, err := c.Sessions(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, s := range ss {
+				if s.ID == "" || s.PID != self.PID || s.StartTime != self.StartTime || !strings.HasPrefix(s.Name, "w") {
+					errs <- fmt.Errorf("torn session %+v", s)
+					return
+				}
+			}
+		}
+	})
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 100 {
+				s, err := c.RegisterSession(ctx, apitype.SessionRequest{Name: fmt.Sprintf("w%d-%d", w, i), PID: self.PID})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[w] = append(ids[w], s.ID)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	listWG.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	first.kill(t)
+	runDaemon(t, config, true)
+	ss, err := c.Sessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range ss {
+		got[s.ID] = true
+	}
+	for w := range ids {
+		for _, id := range ids[w] {
+			if !got[id] {
+				t.Fatalf("registration %s lost across the daemon's SIGKILL (%d of 6400 back)", id, len(ss))
+			}
+		}
+	}
+	if len(ss) != 6400 {
+		t.Fatalf("%d sessions after restart, want 6400", len(ss))
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
