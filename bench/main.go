@@ -5,7 +5,7 @@
 // It needs root (the proc connector does).
 //
 //	go run ./bench                # every scenario
-//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify, crashes, checkpoint, recover, sessions
+//	go run ./bench -only restart  # one of: restart, sigkill, scale, notify, crashes, checkpoint, recover, sessions, hook
 package main
 
 import (
@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	only      = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify, crashes, checkpoint, recover, sessions")
+	only      = flag.String("only", "", "run one scenario: restart, sigkill, scale, notify, crashes, checkpoint, recover, sessions, hook")
 	samples   = flag.Int("n", 300, "restarts measured in the restart and sigkill scenarios")
 	services  = flag.Int("services", 1000, "services in the scale, notify, checkpoint and recover scenarios")
 	idle      = flag.Duration("idle", 30*time.Second, "idle window for the CPU measurement")
@@ -60,7 +60,7 @@ func run() error {
 		name string
 		f    func(bin, dir string) error
 	}{{"restart", restartLatency}, {"sigkill", sigkillLatency}, {"scale", scale}, {"notify", notifyScenario},
-		{"crashes", crashesScenario}, {"checkpoint", checkpointScenario}, {"sessions", sessionsScenario}, {"recover", recoverScenario}} {
+		{"crashes", crashesScenario}, {"checkpoint", checkpointScenario}, {"sessions", sessionsScenario}, {"hook", hookScenario}, {"recover", recoverScenario}} {
 		if *only != "" && *only != sc.name {
 			continue
 		}

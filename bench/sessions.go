@@ -82,3 +82,72 @@ func sessionsScenario(bin, dir string) error {
 	fmt.Printf("cleanup cycle removing %d dead sessions (journaled): %.3fms (daemon's timing)\n", n, res.TookMS)
 	return nil
 }
+
+// hookScenario: a service that crashes every 200ms with an on_crash hook;
+// the time from the kernel's exit of the crashed process to the exec of
+// its hook, which waits for the crash record's fsync and runs off the
+// event loop.
+func hookScenario(bin, dir string) error {
+	ev, err := openProcEvents()
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	d, err := startDaemon(bin, dir, `
+[services.crash]
+command = ["/bin/false"]
+restart = "always"
+on_crash = ["/bin/sleep", "0.01"]
+[services.crash.backoff]
+initial = "200ms"
+max = "200ms"
+multiplier = 1
+jitter = 0
+[services.crash.crash_loop]
+crashes = 0
+`, ev)
+	if err != nil {
+		return err
+	}
+	defer d.down()
+	comm := func(pid int) string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return string(b)
+	}
+	n := min(*samples, 60)
+	var lat []time.Duration
+	var lastExit uint64
+	service := map[int]bool{}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(lat) < n && time.Now().Before(deadline) {
+		e, err := d.next()
+		if err != nil {
+			return err
+		}
+		switch e.What {
+		case procEventExec:
+			if !d.children[e.PID] {
+				continue
+			}
+			switch c := comm(e.PID); c {
+			case "false\n":
+				service[e.PID] = true
+			case "sleep\n":
+				if lastExit != 0 {
+					lat = append(lat, time.Duration(e.TS-lastExit))
+					lastExit = 0
+				}
+			}
+		case procEventExit:
+			if service[e.PID] {
+				lastExit = e.TS
+				delete(service, e.PID)
+			}
+		}
+	}
+	if len(lat) < n {
+		return fmt.Errorf("only %d hook runs measured", len(lat))
+	}
+	percentiles("hook dispatch (crashed process exit → on_crash exec)", lat[5:])
+	return nil
+}
