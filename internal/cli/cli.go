@@ -104,7 +104,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		serviceCmd(g, "restart", "Restart a service (planned: never counted as a crash)", (*client.Client).Restart),
 		serviceCmd(g, "reset", "Close a service's crash-loop breaker and start it again", (*client.Client).Reset),
 		reloadCmd(g), logsCmd(g), checkCmd(g), versionCmd(g), notifyCmd(g),
-		crashesCmd(g), eventsCmd(g), checkpointCmd(g), recoveryCmd(g), safeModeCmd(g), daemonCmd(g), sessionCmd(g), gcCmd(g),
+		crashesCmd(g), eventsCmd(g), checkpointCmd(g), recoveryCmd(g), safeModeCmd(g), daemonCmd(g),
+		lockCmd(g), sessionCmd(g), gcCmd(g),
 	)
 	return root
 }

@@ -248,7 +248,7 @@ func TestCommandsAgainstAnAPIServer(t *testing.T) {
 		{[]string{"session", "heartbeat", "abc123"}, 0, "", ""},
 		{[]string{"session", "end", "abc123"}, 0, "vigil: session abc123: ended\n", ""},
 		{[]string{"session", "register"}, 2, "", "vigil: session register needs --name\n"},
-		{[]string{"gc"}, 0, "removed gone (dead, owner pid 9): killed 2 processes\nvigil: gc: 1 sessions removed, 0 stale, 2 processes killed\n", ""},
+		{[]string{"gc"}, 0, "removed gone (dead, owner pid 9): killed 2 processes\nvigil: gc: 1 sessions removed, 0 stale, 2 processes killed, 0 free lock files removed\n", ""},
 	} {
 		exit, stdout, stderr := run(append([]string{"--state-dir", dir}, tc.args...)...)
 		if exit != tc.exit || stdout != tc.stdout || stderr != tc.stderr {

@@ -152,7 +152,8 @@ func gcCmd(g *globals) *cobra.Command {
 			for _, s := range res.Stale {
 				fmt.Fprintf(g.stdout, "stale %s (owner pid %d): no heartbeat for %s\n", s.Name, s.PID, human(time.Since(s.LastSeen)))
 			}
-			fmt.Fprintf(g.stdout, "vigil: gc: %d sessions removed, %d stale, %d processes killed\n", len(res.Removed), len(res.Stale), res.Killed)
+			fmt.Fprintf(g.stdout, "vigil: gc: %d sessions removed, %d stale, %d processes killed, %d free lock files removed\n",
+				len(res.Removed), len(res.Stale), res.Killed, len(res.Locks))
 			return nil
 		},
 	}

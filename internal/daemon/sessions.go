@@ -12,6 +12,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/config"
 	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/lock"
 	"github.com/vigil-dev/vigil/internal/proc"
 	"github.com/vigil-dev/vigil/internal/registry"
 )
@@ -120,6 +121,12 @@ func (d *daemon) cleanupSessions() apitype.Cleanup {
 	}
 	if len(out.Removed)+len(out.Stale) > 0 {
 		d.waitJournal()
+	}
+	out.Locks = []string{}
+	if removed, err := lock.Sweep(lock.Dir(d.cfg.Load().StateDir)); err != nil {
+		d.log.Warn("gc: lock files", "err", err)
+	} else if removed != nil {
+		out.Locks = removed
 	}
 	out.TookMS = float64(time.Since(began).Microseconds()) / 1000
 	return out

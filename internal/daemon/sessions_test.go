@@ -15,6 +15,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/api/apitype"
 	"github.com/vigil-dev/vigil/internal/api/client"
 	"github.com/vigil-dev/vigil/internal/event"
+	"github.com/vigil-dev/vigil/internal/lock"
 	"github.com/vigil-dev/vigil/internal/proc"
 )
 
@@ -210,5 +211,33 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCRemovesFreeLockFiles: `vigil gc` removes the lock files nobody
+// holds (a dead holder's lock is free at once) and keeps held ones.
+func TestGCRemovesFreeLockFiles(t *testing.T) {
+	t.Parallel()
+	p := startProjectIn(t, t.TempDir(), sessionsToml, nil)
+	dir := lock.Dir(filepath.Join(p.dir, ".vigil"))
+	free, err := lock.TryAcquire(dir, "free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free.Release()
+	held, err := lock.TryAcquire(dir, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	res, err := p.c.Cleanup(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Locks) != "[free]" {
+		t.Fatalf("gc removed lock files %v, want [free]", res.Locks)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "held.lock")); err != nil {
+		t.Fatalf("a held lock's file: %v", err)
 	}
 }

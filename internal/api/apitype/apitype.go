@@ -148,7 +148,10 @@ type Cleanup struct {
 	Removed []CleanedSession `json:"removed"` // dead (or stale, with stale_action = "kill")
 	Stale   []Session        `json:"stale"`   // reported
 	Killed  int              `json:"killed"`  // processes signalled
-	TookMS  float64          `json:"took_ms"`
+	// Locks are the lock files of `vigil lock` removed because no one
+	// held them (the dead holder's lock was already free).
+	Locks  []string `json:"locks_removed"`
+	TookMS float64  `json:"took_ms"`
 }
 
 // CleanedSession is one removed session and what was killed of it.
