@@ -106,6 +106,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		reloadCmd(g), logsCmd(g), checkCmd(g), versionCmd(g), notifyCmd(g),
 		crashesCmd(g), eventsCmd(g), checkpointCmd(g), recoveryCmd(g), safeModeCmd(g), daemonCmd(g),
 		lockCmd(g), sessionCmd(g), gcCmd(g),
+		runCmd(g),
 	)
 	return root
 }

@@ -43,6 +43,8 @@ func TestScripts(t *testing.T) {
 			"guardianpid":  cmdGuardianPID,
 			"waitgone":     cmdWaitGone,
 			"strays":       cmdStrays,
+			"waitsession":  cmdWaitSession,
+			"waitfile":     cmdWaitFile,
 		},
 	})
 }
@@ -332,4 +334,41 @@ func statField(pid, n int) (string, bool) {
 		return "", false
 	}
 	return f[n], true
+}
+
+// waitsession NAME: wait until a session called NAME is registered.
+func cmdWaitSession(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitsession NAME")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ss, err := scriptClient(ts).Sessions(context.Background())
+		for _, s := range ss {
+			if s.Name == args[0] {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("no session %q within 10s (%v)", args[0], err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitfile FILE: wait until FILE exists and is not empty.
+func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile FILE")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, err := os.ReadFile(ts.MkAbs(args[0])); err == nil && len(b) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s not written within 10s", args[0])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
