@@ -53,6 +53,19 @@ func recoveryHelper() bool {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	case "register-loop":
+		// Registers 100 sessions owned by itself, one after another, and
+		// prints their ids: one of the 64 concurrent registrants.
+		c := &client.Client{SocketPath: os.Getenv("DAEMON_TEST_SOCKET")}
+		for i := range 100 {
+			s, err := c.RegisterSession(context.Background(), apitype.SessionRequest{Name: fmt.Sprintf("p%d-%d", os.Getpid(), i), PID: os.Getpid()})
+			if err != nil {
+				fmt.Println("error", err)
+				os.Exit(1)
+			}
+			fmt.Println(s.ID)
+		}
+		os.Exit(0)
 	case "heartbeat-until":
 		// Ready, then heartbeats until the file named in its argument exists:
 		// then it hangs, alive and silent.

@@ -125,26 +125,28 @@ func TestDeadOwnersGroupsAreCleanedUp(t *testing.T) {
 	}
 }
 
-// TestSessionsConcurrentAndDurable: 64 registrants, 100 rounds each, over
-// the real socket while others list; then the daemon is SIGKILLed and the
-// next one has every registration back from the journal.
+// TestSessionsConcurrentAndDurable: 64 processes register 100 sessions
+// each at the same time, over the real socket, while the test lists; no
+// listed session is ever half written, no registration is lost, and after
+// the daemon is SIGKILLed the next one has every one back from the
+// journal. The registrants have exited by then: their sessions are dead
+// and the first cleanup removes them all.
 func TestSessionsConcurrentAndDurable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	t.Cleanup(func() { killProject(dir) })
 	config := filepath.Join(dir, "vigil.toml")
-	writeFile(t, config, "[sessions]\nheartbeat = \"1h\"\nstale_after = \"2h\"\n[services.idle]\ncommand = [\"sleep\", \"1000\"]\n")
+	writeFile(t, config, "[sessions]\ncleanup_period = \"1h\"\n[services.idle]\ncommand = [\"sleep\", \"1000\"]\n")
 	first := runDaemon(t, config, true)
-	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
-	self, err := proc.ReadIdentity(os.Getpid())
+	sock := filepath.Join(dir, ".vigil", "vigil.sock")
+	c := &client.Client{SocketPath: sock}
+	ctx := context.Background()
+	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	ids := make([][]string, 64)
-	errs := make(chan error, 64)
 	stop := make(chan struct{})
+	torn := make(chan error, 1)
 	var listWG sync.WaitGroup
 	listWG.Go(func() {
 		for {
@@ -155,35 +157,38 @@ func TestSessionsConcurrentAndDurable(t *testing.T) {
 			}
 			ss, err := c.Sessions(ctx)
 			if err != nil {
-				errs <- err
+				torn <- err
 				return
 			}
 			for _, s := range ss {
-				if s.ID == "" || s.PID != self.PID || s.StartTime != self.StartTime || !strings.HasPrefix(s.Name, "w") {
-					errs <- fmt.Errorf("torn session %+v", s)
+				if s.ID == "" || s.StartTime == 0 || s.Name != fmt.Sprintf("p%d-%s", s.PID, strings.SplitN(s.Name, "-", 2)[1]) {
+					torn <- fmt.Errorf("torn session %+v", s)
 					return
 				}
 			}
 		}
 	})
+	var wg sync.WaitGroup
+	ids := make([][]string, 64)
 	for w := range 64 {
 		wg.Go(func() {
-			for i := range 100 {
-				s, err := c.RegisterSession(ctx, apitype.SessionRequest{Name: fmt.Sprintf("w%d-%d", w, i), PID: self.PID})
-				if err != nil {
-					errs <- err
-					return
-				}
-				ids[w] = append(ids[w], s.ID)
+			cmd := exec.Command(exe)
+			cmd.Env = append(os.Environ(), "DAEMON_TEST_HELPER=register-loop", "DAEMON_TEST_SOCKET="+sock, "GORACE=atexit_sleep_ms=0")
+			out, err := cmd.Output()
+			if err != nil {
+				t.Errorf("registrant %d: %v: %s", w, err, out)
+				return
 			}
+			ids[w] = strings.Fields(string(out))
 		})
 	}
 	wg.Wait()
 	close(stop)
 	listWG.Wait()
-	close(errs)
-	for err := range errs {
+	select {
+	case err := <-torn:
 		t.Fatal(err)
+	default:
 	}
 	first.kill(t)
 	runDaemon(t, config, true)
@@ -195,22 +200,24 @@ func TestSessionsConcurrentAndDurable(t *testing.T) {
 	for _, s := range ss {
 		got[s.ID] = true
 	}
+	n := 0
 	for w := range ids {
+		if len(ids[w]) != 100 {
+			t.Fatalf("registrant %d got %d ids", w, len(ids[w]))
+		}
 		for _, id := range ids[w] {
+			n++
 			if !got[id] {
 				t.Fatalf("registration %s lost across the daemon's SIGKILL (%d of 6400 back)", id, len(ss))
 			}
 		}
 	}
-	if len(ss) != 6400 {
-		t.Fatalf("%d sessions after restart, want 6400", len(ss))
+	if n != 6400 || len(ss) != 6400 {
+		t.Fatalf("%d registered, %d after the restart; want 6400", n, len(ss))
 	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
+	res, err := c.Cleanup(ctx)
+	if err != nil || len(res.Removed) != 6400 {
+		t.Fatalf("cleanup of 6400 sessions of exited owners removed %d, %v", len(res.Removed), err)
 	}
 }
 
@@ -239,5 +246,12 @@ func TestGCRemovesFreeLockFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "held.lock")); err != nil {
 		t.Fatalf("a held lock's file: %v", err)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
