@@ -137,8 +137,12 @@ func TestCrashesAreJournaledAndStateIsCheckpointed(t *testing.T) {
 
 	// The next daemon sees the clean stop and gives the service its state back.
 	p2 := startProjectIn(t, dir, journalProject, nil)
-	started := p2.journalEvents(journal.Query{Types: []journal.Type{journal.TypeEvent},
-		Match: func(r journal.Record) bool { return bytes.Contains(r.Payload, []byte(event.DaemonStarted)) }})
+	var started []event.Event
+	for deadline := time.Now().Add(10 * time.Second); len(started) < 2 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		// The start is journaled without waiting: it may land a moment after ready.
+		started = p2.journalEvents(journal.Query{Types: []journal.Type{journal.TypeEvent},
+			Match: func(r journal.Record) bool { return bytes.Contains(r.Payload, []byte(event.DaemonStarted)) }})
+	}
 	if len(started) != 2 || started[0].Message != "previous run ended cleanly" || started[1].Message != "first run in this state dir" {
 		t.Fatalf("daemon.started events: %+v", started)
 	}

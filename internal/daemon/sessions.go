@@ -3,8 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -145,7 +143,7 @@ func terminateGroups(groups []registry.Group, grace time.Duration) []int {
 				continue // a new group with a reused id, not the session's
 			}
 		}
-		members := groupMembers(g.PGID)
+		members := proc.GroupMembers(g.PGID)
 		if len(members) == 0 {
 			continue
 		}
@@ -161,25 +159,6 @@ func terminateGroups(groups []registry.Group, grace time.Duration) []int {
 		})
 	}
 	return found
-}
-
-// groupMembers lists the live processes of process group pgid.
-func groupMembers(pgid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if g, ok := proc.ProcessGroup(pid); ok && g == pgid && proc.Running(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
 }
 
 // restoreSessions puts back the sessions the last checkpoint kept and

@@ -131,8 +131,10 @@ func TestDeadOwnersGroupsAreCleanedUp(t *testing.T) {
 // the daemon is SIGKILLed the next one has every one back from the
 // journal. The registrants have exited by then: their sessions are dead
 // and the first cleanup removes them all.
+//
+// Not parallel: 64 processes at once would starve the timing tests (100 ms
+// watchdogs) that run beside parallel tests.
 func TestSessionsConcurrentAndDurable(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	t.Cleanup(func() { killProject(dir) })
 	config := filepath.Join(dir, "vigil.toml")

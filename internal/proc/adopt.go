@@ -118,6 +118,20 @@ func KillLeftovers(a Adoptee) int {
 
 // withToken lists the live processes whose environment carries token.
 func withToken(token string) []int {
+	self := os.Getpid()
+	return livePIDs(func(pid int) bool { return pid != self && hasToken(pid, token) })
+}
+
+// GroupMembers lists the live (not zombie) processes of process group pgid.
+func GroupMembers(pgid int) []int {
+	return livePIDs(func(pid int) bool {
+		pg, ok := ProcessGroup(pid)
+		return ok && pg == pgid
+	})
+}
+
+// livePIDs lists the running processes that match accepts.
+func livePIDs(match func(pid int) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -125,10 +139,7 @@ func withToken(token string) []int {
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if Running(pid) && hasToken(pid, token) {
+		if err == nil && match(pid) && Running(pid) {
 			out = append(out, pid)
 		}
 	}

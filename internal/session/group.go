@@ -2,7 +2,6 @@ package session
 
 import (
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/proc"
@@ -10,23 +9,7 @@ import (
 )
 
 // members returns the live (not zombie) processes of process group pgid.
-func members(pgid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pg, ok := proc.ProcessGroup(pid); ok && pg == pgid && proc.Running(pid) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func members(pgid int) []int { return proc.GroupMembers(pgid) }
 
 // watchGroup returns a channel closed once group pgid has no live member,
 // or once stop is closed. It is driven by exits — a pidfd per member,
