@@ -64,6 +64,34 @@ type OS struct{}
 
 type osFile struct{ *os.File }
 
+// Datasync is fdatasync(2): the data and what is needed to read it back
+// (the size), without the timestamps.
+func (f osFile) Datasync() error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		for {
+			if serr = unix.Fdatasync(int(fd)); serr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Datasync syncs f's data with fdatasync(2) where f supports it, else fsync.
+func Datasync(f File) error {
+	if d, ok := f.(interface{ Datasync() error }); ok {
+		return d.Datasync()
+	}
+	return f.Sync()
+}
+
 func (f osFile) Size() (int64, error) {
 	st, err := f.Stat()
 	if err != nil {

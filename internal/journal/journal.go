@@ -478,7 +478,7 @@ func (j *Journal) commit(first Record) error {
 	// After a failed fsync the kernel may have dropped the dirty pages and
 	// a second fsync would succeed without them (fsyncgate): the bytes past
 	// cur.size are never trusted again, see recover.
-	if err := j.seg.Sync(); err != nil {
+	if err := fsutil.Datasync(j.seg); err != nil {
 		j.needRecover = true
 		return fmt.Errorf("journal: %s: %w", cur.name, err)
 	}
