@@ -1,7 +1,8 @@
 // Package journal is vigil's append-only, CRC-framed record of what
 // happened: crashes, state changes, operator actions, recovery stages.
-// A record the daemon acts upon is made durable (fdatasync: the data and the size) before the action
-// is acknowledged; concurrent appends share one sync (group commit).
+// A record the daemon acts upon is made durable (fdatasync: the data and
+// the size) before the action is acknowledged; concurrent appends share
+// one sync (group commit).
 //
 // # Files
 //
