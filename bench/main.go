@@ -337,8 +337,10 @@ func scale(bin, dir string) error {
 	if err := up.Start(); err != nil {
 		return err
 	}
+	// vigil up -d forks the guardian, the guardian forks the daemon (the
+	// child of the guardian that execs), and the daemon forks the services.
 	cli := up.Process.Pid
-	family := map[int]bool{cli: true}
+	guardians, guardianKids := map[int]bool{}, map[int]bool{}
 	execs := 0
 	var last uint64
 	deadline := time.Now().Add(2 * time.Minute)
@@ -351,13 +353,17 @@ func scale(bin, dir string) error {
 		case procEventFork:
 			switch {
 			case e.Parent == cli:
-				family[e.PID] = true // the daemon is one of these
-			case family[e.Parent] && (d.pid == 0 || e.Parent == d.pid):
-				d.pid = e.Parent // the process that forks the services
+				guardians[e.PID] = true
+			case guardians[e.Parent]:
+				guardianKids[e.PID] = true
+			case d.pid != 0 && e.Parent == d.pid:
 				d.children[e.PID] = true
 			}
 		case procEventExec:
-			if d.children[e.PID] {
+			switch {
+			case guardianKids[e.PID] && d.pid == 0:
+				d.pid = e.PID
+			case d.children[e.PID]:
 				execs++
 				last = e.TS
 			}

@@ -37,6 +37,10 @@ type Scheduler struct {
 	ShutdownTimeout time.Duration
 	// OnError, if set, is called with every failed write's error.
 	OnError func(error)
+	// Refresh: a scheduled write with no Note since the last write is
+	// skipped unless that write is older than this (a checkpoint must stay
+	// younger than the reader's age limit); 0 means 1h.
+	Refresh time.Duration
 
 	once     sync.Once
 	kick     chan struct{} // Activity reached, or the timer fired
@@ -44,6 +48,7 @@ type Scheduler struct {
 	quitOnce sync.Once
 	notes    atomic.Int64
 	cur      atomic.Int64 // effective interval
+	last     atomic.Int64 // unix nanoseconds of the last successful write; 0: none yet
 
 	// busy is held (a token sent) for the length of a write; a channel, not
 	// a mutex, so that a waiter is durably blocked under testing/synctest.
@@ -68,6 +73,16 @@ func (s *Scheduler) clock() clock.Clock {
 }
 
 func (s *Scheduler) interval() time.Duration { return orDefault(s.Interval, 60*time.Second) }
+
+func (s *Scheduler) refresh() time.Duration { return orDefault(s.Refresh, time.Hour) }
+
+// lastWrite is when the last successful write began; the zero time if none.
+func (s *Scheduler) lastWrite() time.Time {
+	if n := s.last.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 func (s *Scheduler) activity() int64 {
 	if s.Activity <= 0 {
@@ -116,6 +131,12 @@ func (s *Scheduler) Run(ctx context.Context) {
 		case <-s.quit:
 			return
 		case <-fired:
+			if s.notes.Load() == 0 && s.clock().Now().Sub(s.lastWrite()) < s.refresh() {
+				// Nothing changed: the checkpoint on disk is still true. An
+				// idle daemon writes nothing until it must refresh its age.
+				t = arm()
+				continue
+			}
 		case <-s.kick:
 			if s.notes.Load() < s.activity() {
 				continue // a stale kick: a write since has reset the count
@@ -146,6 +167,9 @@ func (s *Scheduler) write(final bool) error {
 	c := s.clock()
 	began := c.Now()
 	err := s.Write()
+	if err == nil {
+		s.last.Store(began.UnixNano())
+	}
 	took := c.Now().Sub(began)
 	switch {
 	case took > orDefault(s.Slow, 500*time.Millisecond):

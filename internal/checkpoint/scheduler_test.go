@@ -84,7 +84,7 @@ func TestSchedulerInterval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := newRec()
-		s := &Scheduler{Write: r.write, Interval: 10 * time.Second}
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, Refresh: time.Nanosecond}
 		stop := run(t, s)
 		defer stop()
 		time.Sleep(35 * time.Second)
@@ -121,6 +121,30 @@ func TestSchedulerDefaults(t *testing.T) {
 		synctest.Wait()
 		if n := r.count(); n != 1 {
 			t.Fatalf("%d writes at 60s", n)
+		}
+	})
+}
+
+// TestSchedulerSkipsWhenIdle: with no activity since the last write, the
+// interval writes nothing until the checkpoint must be refreshed; the
+// first write always happens, and any activity brings writes back.
+func TestSchedulerSkipsWhenIdle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRec()
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, Refresh: time.Minute}
+		stop := run(t, s)
+		defer stop()
+		time.Sleep(75 * time.Second)
+		synctest.Wait()
+		if got, want := r.times(), []time.Duration{10 * time.Second, 70 * time.Second}; !equalDurations(got, want) {
+			t.Fatalf("idle writes at %v, want %v", got, want)
+		}
+		s.Note()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if got, want := r.times(), []time.Duration{10 * time.Second, 70 * time.Second, 80 * time.Second}; !equalDurations(got, want) {
+			t.Fatalf("writes after a note at %v, want %v", got, want)
 		}
 	})
 }
@@ -171,7 +195,7 @@ func TestSchedulerSlowWrites(t *testing.T) {
 			}
 			return 0
 		}
-		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, MaxInterval: time.Minute}
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, MaxInterval: time.Minute, Refresh: time.Nanosecond}
 		stop := run(t, s)
 		defer stop()
 		s2 := 1 * time.Second
@@ -201,7 +225,7 @@ func TestSchedulerNow(t *testing.T) {
 		r := newRec()
 		r.slow = func(int) time.Duration { return time.Second }
 		var reported atomic.Int32
-		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, OnError: func(error) { reported.Add(1) }}
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, OnError: func(error) { reported.Add(1) }, Refresh: time.Nanosecond}
 		stop := run(t, s)
 		defer stop()
 		if err := s.Now(t.Context()); err != nil {
@@ -241,7 +265,7 @@ func TestSchedulerShutdown(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		r := newRec()
-		s := &Scheduler{Write: r.write, Interval: 10 * time.Second}
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, Refresh: time.Nanosecond}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		var ran atomic.Bool
@@ -286,7 +310,7 @@ func TestSchedulerShutdownTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRec()
 		r.slow = func(int) time.Duration { return time.Hour }
-		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, ShutdownTimeout: 3 * time.Second}
+		s := &Scheduler{Write: r.write, Interval: 10 * time.Second, ShutdownTimeout: 3 * time.Second, Refresh: time.Nanosecond}
 		stop := run(t, s)
 		defer stop()
 		time.Sleep(11 * time.Second) // a scheduled write hangs since 10s

@@ -157,7 +157,10 @@ func (m *memory) sink(e event.Event) {
 		go m.written(err)
 	}
 	switch e.Topic {
-	case event.ServiceState, event.CrashDetected, event.OperatorCommand:
+	case event.CheckpointWritten, event.CheckpointFailed, event.JournalFailed, event.HookFinished:
+		// Not state a checkpoint keeps: counting them would make an idle
+		// daemon write checkpoints about its own checkpoints.
+	default:
 		if sc := m.sched.Load(); sc != nil {
 			sc.Note()
 		}
@@ -200,6 +203,9 @@ func (m *memory) startScheduler(ctx context.Context, cfg config.Checkpoint, sup 
 		Write:    func() error { return m.write(sup) },
 		Interval: cfg.Interval,
 		Activity: cfg.Activity,
+		// An idle daemon rewrites its unchanged checkpoint only to keep it
+		// well within checkpoint.max_age.
+		Refresh: min(time.Hour, cfg.MaxAge/4),
 	}
 	m.sched.Store(sc)
 	go sc.Run(ctx)

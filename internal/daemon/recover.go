@@ -100,7 +100,7 @@ func (d *daemon) takeInventory(ctx context.Context, st *recovery.State) error {
 	var since time.Time
 	if prev := d.mem.previous; prev != nil {
 		inv.Generation = prev.Generation
-		since = prev.WrittenAt.Add(-time.Second) // replaying a little more is harmless: events are in order
+		since = replayFrom(prev.WrittenAt)
 		for _, s := range prev.State.Services {
 			note(s.Name, s.Instance)
 		}
@@ -220,6 +220,15 @@ func configured(cfg *config.Config, name string) bool {
 	_, err := cfg.Lookup(name)
 	return err == nil
 }
+
+// replaySlack is how far before a checkpoint's written_at the journal is
+// replayed on top of it. The state in a checkpoint is taken a moment
+// before written_at (encoding and syncing a large one takes a while), and
+// events of that moment are in the journal only; replaying more is
+// harmless, since the events are applied in order and the last word wins.
+const replaySlack = 10 * time.Minute
+
+func replayFrom(writtenAt time.Time) time.Time { return writtenAt.Add(-replaySlack) }
 
 // eventsBefore returns the events the previous daemons journaled since
 // since (all when zero), oldest first: the records before this daemon's own.

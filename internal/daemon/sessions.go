@@ -167,7 +167,7 @@ func (d *daemon) restoreSessions() error {
 	var since time.Time
 	byID := map[string]registry.Session{}
 	if prev := d.mem.previous; prev != nil {
-		since = prev.WrittenAt.Add(-time.Second)
+		since = replayFrom(prev.WrittenAt)
 		for _, s := range prev.State.Sessions {
 			byID[s.ID] = s
 		}
