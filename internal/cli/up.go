@@ -112,8 +112,12 @@ func runGuardian(g *globals, path string, detached bool) error {
 	opts := guardian.Options{
 		Path:        exe,
 		HistoryPath: filepath.Join(cfg.StateDir, daemon.HistoryFile),
-		Stdout:      os.Stdout,
-		Stderr:      os.Stderr,
+		// A heartbeat every 5s keeps an idle daemon nearly asleep; a hung
+		// one is restarted within 20s.
+		HeartbeatInterval: 5 * time.Second,
+		HeartbeatTimeout:  20 * time.Second,
+		Stdout:            os.Stdout,
+		Stderr:            os.Stderr,
 		Logf: func(format string, a ...any) {
 			fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("2006/01/02 15:04:05"), fmt.Sprintf(format, a...))
 		},
