@@ -68,6 +68,9 @@ func openMemory(cfg *config.Config, fsys fsutil.FS, bus *event.Bus, log *slog.Lo
 		m.lastSeq = newest[0].Seq
 	}
 	m.fsys = fsys
+	if m.fsys == nil {
+		m.fsys = fsutil.OS{}
+	}
 	m.journal, err = journal.Open(journal.Options{
 		Dir:         dir,
 		FS:          fsys,

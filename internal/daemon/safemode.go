@@ -42,7 +42,7 @@ func (d *daemon) safeModeAtStart() string {
 
 // safeModeExitedAt is when an operator last left safe mode; zero if never.
 func (d *daemon) safeModeExitedAt() time.Time {
-	b, err := fsutil.ReadFile(d.fsys(), filepath.Join(d.cfg.Load().StateDir, safeModeExitFile))
+	b, err := fsutil.ReadFile(d.mem.fsys, filepath.Join(d.cfg.Load().StateDir, safeModeExitFile))
 	if err != nil {
 		return time.Time{}
 	}
@@ -56,15 +56,8 @@ func (d *daemon) safeModeExitedAt() time.Time {
 // noteSafeModeExit records an operator's exit from safe mode, durably, so
 // that the crashes that caused it do not put the next daemon back in.
 func (d *daemon) noteSafeModeExit(at time.Time) error {
-	return fsutil.WriteFile(d.fsys(), filepath.Join(d.cfg.Load().StateDir, safeModeExitFile),
+	return fsutil.WriteFile(d.mem.fsys, filepath.Join(d.cfg.Load().StateDir, safeModeExitFile),
 		[]byte(at.UTC().Format(time.RFC3339Nano)+"\n"))
-}
-
-func (d *daemon) fsys() fsutil.FS {
-	if d.opts.FS == nil {
-		return fsutil.OS{}
-	}
-	return d.opts.FS
 }
 
 func later(a, b time.Time) time.Time {

@@ -51,7 +51,7 @@ func (d *daemon) RegisterSession(req apitype.SessionRequest) (apitype.Session, e
 	}
 	d.mem.bus.Publish(event.Event{Time: s.RegisteredAt, Topic: event.SessionRegistered, PID: s.PID,
 		Message: s.Name, Session: &s})
-	d.waitJournal()
+	d.sup.WaitDurable()
 	return s, nil
 }
 
@@ -68,7 +68,7 @@ func (d *daemon) EndSession(id string) error {
 		return apitype.Errorf(apitype.CodeNotFound, "%v", err)
 	}
 	d.mem.bus.Publish(event.Event{Time: time.Now(), Topic: event.SessionEnded, PID: s.PID, Message: s.Name, Session: &s})
-	d.waitJournal()
+	d.sup.WaitDurable()
 	return nil
 }
 
@@ -77,20 +77,6 @@ func (d *daemon) Sessions() []apitype.Session { return d.reg.List() }
 // Cleanup is `vigil gc`, and what runs every cleanup period.
 func (d *daemon) Cleanup(ctx context.Context) (apitype.Cleanup, error) {
 	return d.cleanupSessions(), nil
-}
-
-// waitJournal returns once what was published is durable, or after 5s.
-func (d *daemon) waitJournal() {
-	c := make(chan error, 1)
-	d.mem.journal.Barrier(func(err error) { c <- err })
-	select {
-	case err := <-c:
-		if err != nil {
-			d.log.Error("session change not journaled", "err", err)
-		}
-	case <-time.After(5 * time.Second):
-		d.log.Error("session change not journaled within 5s")
-	}
 }
 
 // cleanupSessions sweeps the registry and terminates what the dead owned.
@@ -118,7 +104,7 @@ func (d *daemon) cleanupSessions() apitype.Cleanup {
 			Message: fmt.Sprintf("%d processes of %d sessions killed in one cleanup", out.Killed, len(out.Removed))})
 	}
 	if len(out.Removed)+len(out.Stale) > 0 {
-		d.waitJournal()
+		d.sup.WaitDurable()
 	}
 	out.Locks = []string{}
 	if removed, err := lock.Sweep(lock.Dir(d.cfg.Load().StateDir)); err != nil {

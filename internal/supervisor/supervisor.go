@@ -457,7 +457,7 @@ func (s *Supervisor) Reload(services []config.Service) apitype.ReloadResult {
 		s.kick()
 		done(nil)
 	})
-	s.waitDurable()
+	s.WaitDurable()
 	return res
 }
 
@@ -511,14 +511,16 @@ func (s *Supervisor) onService(name, command string, refuseFailed bool, f func(s
 			f(svc, done)
 		}
 	})
-	s.waitDurable()
+	s.WaitDurable()
 	return err
 }
 
-// waitDurable returns once everything published so far is on disk. A
+// WaitDurable returns once everything published so far is on disk, or
+// after Options.DurableWait; the daemon uses it for changes it publishes
+// itself (sessions). A
 // journal that cannot write is reported by the daemon; the command it
 // follows has happened either way, so its answer stands.
-func (s *Supervisor) waitDurable() {
+func (s *Supervisor) WaitDurable() {
 	if s.durable == nil {
 		return
 	}
