@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/policy"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 // Format is the envelope's "format" value.
@@ -100,6 +101,7 @@ func decode(data []byte) (*decoded, error) {
 		State      *struct {
 			SafeMode bool              `json:"safe_mode"`
 			Services []json.RawMessage `json:"services"`
+			Sessions []json.RawMessage `json:"sessions"`
 		} `json:"state"`
 	}
 	envErr := json.Unmarshal(line, &env)
@@ -161,7 +163,43 @@ func decode(data []byte) (*decoded, error) {
 		seen[svc.Name] = true
 		d.State.Services = append(d.State.Services, svc)
 	}
+	ids := make(map[string]bool, len(st.Sessions))
+	for i, raw := range st.Sessions {
+		var s registry.Session
+		err := json.Unmarshal(raw, &s)
+		if err == nil {
+			err = validateSession(&s)
+		}
+		if err == nil && ids[s.ID] {
+			err = errors.New("duplicate id")
+		}
+		if err != nil {
+			d.Skipped = append(d.Skipped, EntryError{List: "sessions", Index: i, Name: s.ID, Err: err})
+			continue
+		}
+		ids[s.ID] = true
+		d.State.Sessions = append(d.State.Sessions, s)
+	}
 	return d, nil
+}
+
+// validateSession checks what cleanup relies on: an owner to watch and
+// process groups that may be signalled.
+func validateSession(s *registry.Session) error {
+	switch {
+	case s.ID == "":
+		return errors.New("id is empty")
+	case s.PID <= 0 || s.StartTime == 0:
+		return fmt.Errorf("owner is pid %d with start time %d", s.PID, s.StartTime)
+	case s.Heartbeat < 0 || s.StaleAfter < 0:
+		return fmt.Errorf("heartbeat %s, stale after %s", s.Heartbeat, s.StaleAfter)
+	}
+	for _, g := range s.Groups {
+		if g.PGID <= 1 {
+			return fmt.Errorf("process group %d", g.PGID)
+		}
+	}
+	return nil
 }
 
 // verify checks the trailer, length and CRC and returns line 1.

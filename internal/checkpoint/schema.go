@@ -56,4 +56,5 @@ type Instance struct {
 	Leases    []string  `json:"leases,omitempty"`
 	Cgroup    string    `json:"cgroup,omitempty"` // its cgroup directory, where it has one
 	Token     string    `json:"token,omitempty"`  // its VIGIL_INSTANCE value: finds its strays without a cgroup
+	Boot      string    `json:"boot,omitempty"`   // the boot it was started in: pid and start time mean nothing in another
 }

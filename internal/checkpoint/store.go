@@ -89,13 +89,18 @@ type Loaded struct {
 // EntryError is one service entry skipped as invalid.
 type EntryError struct {
 	Path  string `json:"path,omitempty"`
-	Index int    `json:"index"` // in state.services
-	Name  string `json:"name,omitempty"`
+	List  string `json:"list,omitempty"` // "sessions"; empty for services
+	Index int    `json:"index"`          // in state.services or state.sessions
+	Name  string `json:"name,omitempty"` // a service's name, a session's id
 	Err   error  `json:"-"`
 }
 
 func (e EntryError) Error() string {
-	where := fmt.Sprintf("services[%d]", e.Index)
+	list := e.List
+	if list == "" {
+		list = "services"
+	}
+	where := fmt.Sprintf("%s[%d]", list, e.Index)
 	if e.Name != "" {
 		where += fmt.Sprintf(" (%q)", e.Name)
 	}

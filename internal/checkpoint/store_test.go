@@ -17,6 +17,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/fsutil"
 	"github.com/vigil-dev/vigil/internal/fsutil/fstest"
 	"github.com/vigil-dev/vigil/internal/policy"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -60,6 +61,13 @@ func testState(n, seed int) *State {
 			svc.Blob = json.RawMessage(fmt.Sprintf(`{"seed":%d,"pad":%q}`, seed, strings.Repeat("x", (seed*37+i)%200)))
 		}
 		st.Services = append(st.Services, svc)
+	}
+	for i := range n / 2 {
+		st.Sessions = append(st.Sessions, registry.Session{ID: fmt.Sprintf("%016x", seed*1000+i), Name: fmt.Sprint("agent-", i),
+			Type: "agent", PID: 2000 + i, StartTime: uint64(515151 + seed), Boot: "b00t",
+			Groups:    []registry.Group{{PGID: 2000 + i, LeaderStart: uint64(515151 + seed)}},
+			Heartbeat: 5 * time.Second, StaleAfter: 30 * time.Second, RegisteredAt: t0.Add(-time.Hour), LastSeen: t0,
+			Stale: i%2 == 1})
 	}
 	return st
 }
@@ -296,6 +304,42 @@ func TestEntryValidation(t *testing.T) {
 			t.Error("a service with an invalid blob validates")
 		}
 	})
+}
+
+// TestSessionEntryValidation: a bad session entry is skipped and named;
+// the services and the other sessions are kept.
+func TestSessionEntryValidation(t *testing.T) {
+	t.Parallel()
+	good := `{"id":"aa","name":"a","pid":10,"start_time":5,"groups":[{"pgid":10,"leader_start":5}],"heartbeat":5000000000,"stale_after":30000000000,"registered_at":"2026-03-01T11:00:00Z","last_seen":"2026-03-01T11:00:00Z"}`
+	good2 := `{"id":"bb","name":"b","pid":11,"start_time":6,"groups":[],"heartbeat":0,"stale_after":0,"registered_at":"2026-03-01T11:00:00Z","last_seen":"2026-03-01T11:00:00Z"}`
+	bad := map[string]string{
+		"bad json":   `{"id":"x","pid":"ten"}`,
+		"no id":      `{"id":"","pid":10,"start_time":5}`,
+		"duplicate":  `{"id":"aa","pid":10,"start_time":5}`,
+		"pid":        `{"id":"x","pid":0,"start_time":5}`,
+		"start time": `{"id":"x","pid":3,"start_time":0}`,
+		"group":      `{"id":"x","pid":3,"start_time":1,"groups":[{"pgid":1}]}`,
+		"heartbeat":  `{"id":"x","pid":3,"start_time":1,"heartbeat":-1}`,
+	}
+	for name, entry := range bad {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, c := memStore(t)
+			env := `{"format":"vigil-checkpoint","version":1,"generation":3,"written_at":"2026-03-01T12:00:00Z","state":{"safe_mode":false,"services":[],"sessions":[` +
+				good + "," + entry + "," + good2 + `]}}`
+			writeRaw(t, c, filepath.Join(dir, FileName), frame(env))
+			l, err := s.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l.State.Sessions) != 2 || l.State.Sessions[0].ID != "aa" || l.State.Sessions[1].ID != "bb" {
+				t.Fatalf("sessions = %+v", l.State.Sessions)
+			}
+			if len(l.Skipped) != 1 || !strings.HasPrefix(l.Skipped[0].Error(), "checkpoint: "+filepath.Join(dir, FileName)+": sessions[1]") {
+				t.Fatalf("skipped = %v", l.Skipped)
+			}
+		})
+	}
 }
 
 // envelope renders a version/generation/time variant for the tests of

@@ -166,6 +166,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	d.sup = supervisor.New(supervisor.Options{
 		Services:     cfg.Services,
+		Boot:         proc.Boot(),
 		Runner:       run,
 		Bus:          bus,
 		Logger:       log,

@@ -123,7 +123,7 @@ func (d *daemon) takeInventory(ctx context.Context, st *recovery.State) error {
 		if in == nil {
 			continue
 		}
-		alive := proc.Identity{PID: in.PID, StartTime: in.StartTime}.Alive()
+		alive := proc.Identity{PID: in.PID, StartTime: in.StartTime, Boot: in.Boot}.Alive()
 		inv.Instances = append(inv.Instances, found{Service: name, Instance: *in, Alive: alive})
 	}
 	b, err := json.Marshal(inv)
@@ -199,17 +199,25 @@ func (d *daemon) reconcile(ctx context.Context, st *recovery.State) error {
 		if f.Alive && configured(cfg, f.Service) {
 			continue
 		}
-		n := proc.KillLeftovers(proc.Adoptee{Service: f.Service, Identity: proc.Identity{PID: in.PID, StartTime: in.StartTime},
-			PGID: in.PGID, Cgroup: in.Cgroup, Token: in.Token})
-		d.log.Info("recovery: instance not adopted", "service", f.Service, "pid", in.PID, "alive", f.Alive, "killed", n)
+		rebooted := proc.OtherBoot(in.Boot)
+		n := 0
+		if !rebooted { // what an instance of another boot left died with it
+			n = proc.KillLeftovers(proc.Adoptee{Service: f.Service, Identity: proc.Identity{PID: in.PID, StartTime: in.StartTime, Boot: in.Boot},
+				PGID: in.PGID, Cgroup: in.Cgroup, Token: in.Token})
+		}
+		d.log.Info("recovery: instance not adopted", "service", f.Service, "pid", in.PID, "alive", f.Alive, "killed", n, "rebooted", rebooted)
 		if !f.Alive {
+			action, msg := "found dead after the daemon's restart; started again per its policy", "ended while the daemon was down"
+			if rebooted {
+				action, msg = "ended with the machine's previous boot; started again per its policy", "ended with the previous boot"
+			}
 			now := time.Now()
 			c := &apitype.Crash{Service: f.Service, PID: in.PID, StartTime: in.StartTime, StartedAt: in.StartedAt,
 				Exit: apitype.Exit{Class: "lost", At: now}, UptimeMS: now.Sub(in.StartedAt).Milliseconds(),
 				Output: []string{}, Leases: append([]string{}, in.Leases...),
-				Action: "found dead after the daemon's restart; started again per its policy"}
+				Action: action}
 			d.mem.bus.Publish(event.Event{Time: now, Topic: event.CrashDetected, Service: f.Service, PID: in.PID,
-				Exit: &c.Exit, Crash: c, Message: "ended while the daemon was down"})
+				Exit: &c.Exit, Crash: c, Message: msg})
 		}
 	}
 	d.sup.StartAll()

@@ -25,6 +25,7 @@ import (
 	"github.com/vigil-dev/vigil/internal/journal"
 	"github.com/vigil-dev/vigil/internal/proc"
 	"github.com/vigil-dev/vigil/internal/recovery"
+	"github.com/vigil-dev/vigil/internal/registry"
 )
 
 // recoveryHelper runs the behaviours of the recovery tests when the test
@@ -432,6 +433,92 @@ func TestReusedPidIsNotAdopted(t *testing.T) {
 	recs, _, _ := (&journal.Reader{Dir: filepath.Join(state, "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeCrash}})
 	if len(recs) != 1 || !strings.Contains(string(recs[0].Payload), `"class":"lost"`) || !strings.Contains(string(recs[0].Payload), `"job-9"`) {
 		t.Fatalf("crash records: %d; want the dead instance recorded as lost with its lease", len(recs))
+	}
+}
+
+// TestAnotherBootsStateIsNotTrusted: the checkpoint is of an earlier boot
+// (the machine lost power, and the daemon came back within max_age). Its
+// instance and its session name a live process here by the very pid and
+// start time they had then — early-boot processes get much the same ones
+// every boot. Recovery must neither adopt nor signal that process or its
+// group: the instance is recorded as lost with its leases, the session is
+// removed, and the service starts anew. A session of this boot that only
+// the checkpoint holds (registered long before it) is kept.
+func TestAnotherBootsStateIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	if proc.Boot() == "" {
+		t.Skip("no boot id on this kernel")
+	}
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	stranger := exec.Command("sleep", "1000")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-stranger.Process.Pid, syscall.SIGKILL); stranger.Wait() })
+	id, err := proc.ReadIdentity(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, ".vigil")
+	if err := daemon.MakeStateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(journal.Options{Dir: filepath.Join(state, "journal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Write(journal.TypeEvent, []byte(`{"topic":"daemon.started","time":"2026-01-01T00:00:00Z"}`))
+	j.Close()
+	const before = "00000000-0000-4000-8000-000000000000"
+	old := checkpoint.Instance{PID: id.PID, StartTime: id.StartTime, PGID: id.PID, StartedAt: time.Now().Add(-time.Minute),
+		Token: "of-the-dead-instance", Leases: []string{"job-9"}, Boot: before}
+	session := registry.Session{ID: "0123456789abcdef", Name: "agent", PID: id.PID, StartTime: id.StartTime, Boot: before,
+		Groups: []registry.Group{{PGID: id.PID, LeaderStart: id.StartTime}}, Heartbeat: time.Second, StaleAfter: time.Hour,
+		RegisteredAt: time.Now().Add(-time.Minute), LastSeen: time.Now().Add(-time.Minute)}
+	self, err := proc.ReadIdentity(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := registry.Session{ID: "fedcba9876543210", Name: "kept", PID: self.PID, StartTime: self.StartTime, Boot: self.Boot,
+		Heartbeat: time.Second, StaleAfter: time.Hour, RegisteredAt: time.Now().Add(-time.Hour), LastSeen: time.Now()}
+	if _, err := (&checkpoint.Store{Dir: state}).Write(&checkpoint.State{Services: []checkpoint.Service{
+		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}, Sessions: []registry.Session{session, kept}}); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte("[sessions]\ncleanup_period = \"50ms\"\n[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(state, "vigil.sock")}
+	st := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && allRunning(st)
+	})
+	if web := st.Services[0]; web.PID == id.PID || web.Reason == "adopted" {
+		t.Fatalf("web adopted a process of this boot for one of the last: %+v", web)
+	}
+	sessions, err := c.Sessions(context.Background())
+	if err != nil || len(sessions) != 1 || sessions[0].ID != kept.ID {
+		t.Fatalf("sessions after recovery: %+v, %v; want this boot's kept and the last boot's removed", sessions, err)
+	}
+	// A cleanup of its own, besides the periodic ones, before looking.
+	if _, err := c.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !id.Alive() {
+		t.Fatal("recovery signalled a process of this boot that had the pid and start time of the last boot's instance")
+	}
+	recs, _, _ := (&journal.Reader{Dir: filepath.Join(state, "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeCrash}})
+	if len(recs) != 1 || !strings.Contains(string(recs[0].Payload), `"class":"lost"`) ||
+		!strings.Contains(string(recs[0].Payload), `"job-9"`) || !strings.Contains(string(recs[0].Payload), "previous boot") {
+		t.Fatalf("crash records: %d; want the instance recorded as lost with the previous boot and its lease", len(recs))
+	}
+	removed, _, _ := (&journal.Reader{Dir: filepath.Join(state, "journal")}).Newest(journal.Query{
+		Match: func(r journal.Record) bool { return strings.Contains(string(r.Payload), `"reason":"rebooted"`) }})
+	if len(removed) != 1 {
+		t.Fatalf("%d session.removed records for the rebooted session; want 1", len(removed))
 	}
 }
 

@@ -72,7 +72,7 @@ func (r *runner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func
 	if err := r.rotator.Watch(svc.Name); err != nil {
 		r.log.Warn("log rotation watch", "service", svc.Name, "err", err)
 	}
-	a := proc.Adoptee{Service: svc.Name, Identity: proc.Identity{PID: ref.PID, StartTime: ref.StartTime},
+	a := proc.Adoptee{Service: svc.Name, Identity: proc.Identity{PID: ref.PID, StartTime: ref.StartTime, Boot: ref.Boot},
 		PGID: ref.PGID, Cgroup: ref.Cgroup, Token: ref.Token}
 	p, err := r.reaper.Adopt(a, func(e proc.Exit) {
 		x := supervisor.Exit{Status: e.Status, At: e.At, Lost: e.Lost}

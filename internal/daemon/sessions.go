@@ -29,7 +29,7 @@ func (d *daemon) RegisterSession(req apitype.SessionRequest) (apitype.Session, e
 		return apitype.Session{}, apitype.Errorf(apitype.CodeInvalidArgument, "a session needs a name")
 	}
 	s := registry.Session{Name: req.Name, Type: req.Type, PID: req.PID, StartTime: req.StartTime,
-		Heartbeat: req.Heartbeat, StaleAfter: req.StaleAfter}
+		Boot: proc.Boot(), Heartbeat: req.Heartbeat, StaleAfter: req.StaleAfter}
 	if s.PID > 0 && s.StartTime == 0 {
 		id, err := proc.ReadIdentity(s.PID)
 		if err != nil {
@@ -148,7 +148,9 @@ func terminateGroups(groups []registry.Group, grace time.Duration) []int {
 }
 
 // restoreSessions puts back the sessions the last checkpoint kept and
-// those the journal registered or ended since.
+// those the journal registered or ended since. A session of an earlier
+// boot died with it: it is removed, and nothing is signalled for it, since
+// its pids and process groups may name unrelated processes now.
 func (d *daemon) restoreSessions() error {
 	var since time.Time
 	byID := map[string]registry.Session{}
@@ -175,6 +177,11 @@ func (d *daemon) restoreSessions() error {
 	}
 	restored := make([]registry.Session, 0, len(byID))
 	for _, s := range byID {
+		if proc.OtherBoot(s.Boot) {
+			d.mem.bus.Publish(event.Event{Time: time.Now(), Topic: event.SessionRemoved, PID: s.PID, Reason: "rebooted",
+				Message: s.Name + ": its owner ended with the machine's previous boot", Session: &s})
+			continue
+		}
 		restored = append(restored, s)
 	}
 	d.reg.Restore(restored, time.Now())

@@ -23,14 +23,37 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 )
 
 // Identity names one process for its whole life: pids are reused, a pid
-// together with its start time is not.
+// together with its start time is not — within one boot. Start times
+// count from boot, and early-boot processes get much the same pids and
+// start times every boot, so an identity kept across a reboot carries
+// the boot it was taken in.
 type Identity struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"` // /proc/PID/stat field 22, clock ticks since boot
+	// Boot is the kernel's boot id when the identity was taken; empty for
+	// identities kept before vigil recorded it, which are taken to be of
+	// this boot.
+	Boot string `json:"boot,omitempty"`
 }
+
+// Boot returns this boot's id (/proc/sys/kernel/random/boot_id), or ""
+// where the kernel does not expose one.
+var Boot = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
+})
+
+// OtherBoot reports whether boot names a boot other than this one: what
+// was recorded then is gone, and its pids and start times may name
+// unrelated processes now.
+func OtherBoot(boot string) bool { return boot != "" && Boot() != "" && boot != Boot() }
 
 // ErrMalformedStat is returned for a /proc/PID/stat line that cannot be parsed.
 var ErrMalformedStat = errors.New("proc: malformed stat line")
@@ -92,12 +115,16 @@ func ReadIdentity(pid int) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("proc: identity of pid %d: %w", pid, err)
 	}
-	return Identity{PID: pid, StartTime: s.startTime}, nil
+	return Identity{PID: pid, StartTime: s.startTime, Boot: Boot()}, nil
 }
 
-// Alive reports whether the very process id names still runs: the pid
-// exists, has the same start time (it was not reused), and is not a zombie.
+// Alive reports whether the very process id names still runs: it was
+// taken in this boot, the pid exists, has the same start time (it was not
+// reused), and is not a zombie.
 func (id Identity) Alive() bool {
+	if OtherBoot(id.Boot) {
+		return false
+	}
 	s, err := readStat(id.PID)
 	return err == nil && s.startTime == id.StartTime && s.state != 'Z' && s.state != 'X'
 }

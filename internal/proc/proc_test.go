@@ -120,6 +120,14 @@ func TestIdentityAliveAndReused(t *testing.T) {
 	if (Identity{PID: id.PID, StartTime: id.StartTime + 1}).Alive() {
 		t.Fatal("a pid with another start time (reused) counts as alive")
 	}
+	if Boot() != "" {
+		if !(Identity{PID: id.PID, StartTime: id.StartTime}).Alive() {
+			t.Fatal("an identity kept without its boot does not count as this boot's")
+		}
+		if (Identity{PID: id.PID, StartTime: id.StartTime, Boot: "00000000-0000-4000-8000-000000000000"}).Alive() {
+			t.Fatal("the same pid and start time of another boot counts as alive")
+		}
+	}
 	p.Signal(syscall.SIGKILL)
 	waitExit(t, ch)
 	if id.Alive() {

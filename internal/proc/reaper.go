@@ -253,7 +253,7 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		return nil, fmt.Errorf("proc: spawn %s%s: %w", path, where, err)
 	}
 	p := &Process{PGID: pid, Service: spec.Service, token: token, cg: cg}
-	p.Identity.PID = pid
+	p.Identity.PID, p.Identity.Boot = pid, Boot()
 	if s, err := readStat(pid); err == nil {
 		p.StartTime = s.startTime
 	}
@@ -354,7 +354,7 @@ func (p *Process) Members() []Identity {
 	var out []Identity
 	for _, pid := range p.memberPIDs() {
 		if s, err := readStat(pid); err == nil && s.state != 'Z' && s.state != 'X' {
-			out = append(out, Identity{PID: pid, StartTime: s.startTime})
+			out = append(out, Identity{PID: pid, StartTime: s.startTime, Boot: Boot()})
 		}
 	}
 	return out

@@ -42,9 +42,12 @@ type Session struct {
 	Name string `json:"name"`
 	Type string `json:"type,omitempty"` // free text: "agent", "editor", "run"…
 	// PID and StartTime are the owner: when it is gone the session is dead.
-	PID       int     `json:"pid"`
-	StartTime uint64  `json:"start_time"`
-	Groups    []Group `json:"groups"`
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	// Boot is the boot it was registered in: a session of another boot
+	// died with it.
+	Boot   string  `json:"boot,omitempty"`
+	Groups []Group `json:"groups"`
 	// Heartbeat is how often the owner promised to heartbeat; StaleAfter
 	// how long without one makes it stale.
 	Heartbeat    time.Duration `json:"heartbeat"`

@@ -92,6 +92,9 @@ type Options struct {
 	Bus      *event.Bus     // default: a private bus nobody listens to
 	Logger   *slog.Logger   // default slog.Default()
 	Rand     func() float64 // uniform [0,1) for backoff jitter; default math/rand/v2
+	// Boot is the kernel's boot id, kept with every instance so that
+	// recovery never takes a process of a later boot for one of them.
+	Boot string
 	// Check runs readiness and liveness checks; nil passes every check.
 	Check CheckFunc
 	// ProcessGroup resolves a notify sender that is not a main process to
@@ -119,6 +122,7 @@ type Supervisor struct {
 	rand   func() float64
 	check  CheckFunc
 	pgidOf func(int) (int, bool)
+	boot   string
 	// checkPosted, in tests, learns that a check's result is on the loop's
 	// queue, where Sync will see it.
 	checkPosted func()
@@ -216,6 +220,7 @@ func New(opts Options) *Supervisor {
 		rand:        opts.Rand,
 		check:       opts.Check,
 		pgidOf:      opts.ProcessGroup,
+		boot:        opts.Boot,
 		durable:     opts.Durable,
 		durableWait: opts.DurableWait,
 
@@ -937,7 +942,7 @@ func (s *Supervisor) publish(svc *service, topic event.Topic, from State, msg st
 	if svc.inst != nil {
 		e.PID = svc.inst.pid
 		if topic == event.ServiceState {
-			e.Instance = svc.inst.ref(svc)
+			e.Instance = svc.inst.ref(svc, s.boot)
 		}
 	}
 	s.bus.Publish(e)
@@ -1123,7 +1128,7 @@ func (s *Supervisor) Checkpoint() checkpoint.State {
 				cs.Desired = checkpoint.DesiredRunning
 			}
 			if inst := svc.inst; inst != nil {
-				cs.Instance = inst.ref(svc)
+				cs.Instance = inst.ref(svc, s.boot)
 			}
 			st.Services = append(st.Services, cs)
 		}
@@ -1133,8 +1138,8 @@ func (s *Supervisor) Checkpoint() checkpoint.State {
 }
 
 // ref describes inst for the checkpoint and the journal: enough to find
-// and adopt it after the daemon's own death.
-func (inst *instance) ref(svc *service) *checkpoint.Instance {
+// and adopt it after the daemon's own death, in boot boot.
+func (inst *instance) ref(svc *service, boot string) *checkpoint.Instance {
 	r := &checkpoint.Instance{
 		PID:       inst.pid,
 		StartTime: inst.h.StartTime(),
@@ -1144,6 +1149,7 @@ func (inst *instance) ref(svc *service) *checkpoint.Instance {
 		Leases:    slices.Clone(inst.leases),
 		Cgroup:    inst.h.Cgroup(),
 		Token:     inst.h.Token(),
+		Boot:      boot,
 	}
 	if inst.mainPID != inst.pid {
 		r.MainPID = inst.mainPID
