@@ -21,6 +21,15 @@ import (
 // sessions.cleanup_period removes dead owners' sessions and terminates
 // what they owned.
 
+// journaled returns once the session changes published so far are written
+// to the journal (bounded like an operator command's wait): then they
+// survive the daemon's death, which is what the registry must survive.
+// Their fsync follows in the journal's next group commit, off the
+// caller's path: a loss of power or a kernel crash takes every session's
+// processes with it, and what was registered in an earlier boot is
+// dropped on restore (see restoreSessions), so a session needs no more.
+func (d *daemon) journaled() { d.sup.Await(d.mem.journal.Written) }
+
 // sessionsConfig is the config's [sessions].
 func (d *daemon) sessionsConfig() config.Sessions { return d.cfg.Load().Sessions }
 
@@ -51,7 +60,7 @@ func (d *daemon) RegisterSession(req apitype.SessionRequest) (apitype.Session, e
 	}
 	d.mem.bus.Publish(event.Event{Time: s.RegisteredAt, Topic: event.SessionRegistered, PID: s.PID,
 		Message: s.Name, Session: &s})
-	d.sup.WaitDurable()
+	d.journaled()
 	return s, nil
 }
 
@@ -68,7 +77,7 @@ func (d *daemon) EndSession(id string) error {
 		return apitype.Errorf(apitype.CodeNotFound, "%v", err)
 	}
 	d.mem.bus.Publish(event.Event{Time: time.Now(), Topic: event.SessionEnded, PID: s.PID, Message: s.Name, Session: &s})
-	d.sup.WaitDurable()
+	d.journaled()
 	return nil
 }
 
@@ -104,7 +113,7 @@ func (d *daemon) cleanupSessions() apitype.Cleanup {
 			Message: fmt.Sprintf("%d processes of %d sessions killed in one cleanup", out.Killed, len(out.Removed))})
 	}
 	if len(out.Removed)+len(out.Stale) > 0 {
-		d.sup.WaitDurable()
+		d.journaled()
 	}
 	out.Locks = []string{}
 	if removed, err := lock.Sweep(lock.Dir(d.cfg.Load().StateDir)); err != nil {

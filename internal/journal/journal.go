@@ -102,20 +102,43 @@ type Journal struct {
 	closed  bool
 	stats   Stats
 	exited  chan struct{}
+	// writtenSeq is the last record whose write is over: handed to the
+	// kernel (maybe not yet synced), or failed. Written waits for it.
+	writtenSeq uint64
+	writers    []writtenWaiter
+	// syncing is the fsync running beside the writer; unsyncedBytes what
+	// is written but not durable: past MaxPending the writer stops taking
+	// records, and Append refuses them, until the disk catches up.
+	syncing       syncState
+	unsyncedBytes int
 
-	// Owned by the writer goroutine (and Open before it starts).
+	// Guarded by wmu: the writer goroutine holds it, and so does Written
+	// when it writes the queue itself (and Open before the writer starts).
+	wmu         sync.Mutex
 	seg         fsutil.File
 	segs        []segment // oldest first; the last is seg
 	needRecover bool
 	unreported  error // a failed batch not yet told to a barrier
 	buf         []byte
+	// unsynced are the records written but not yet durable, and the
+	// barriers among and after them, in order; the running fsync covers
+	// the first syncCovers of them, up to offset syncTo.
+	unsynced   []pending
+	syncCovers int
+	syncTo     int64
 }
 
 type segment struct {
 	name      string
 	first     uint64
 	firstTime time.Time // of its first record; zero while empty
-	size      int64
+	size      int64     // durable bytes
+	written   int64     // bytes handed to the kernel: size, plus what awaits an fsync
+}
+
+type writtenWaiter struct {
+	seq  uint64
+	done func(error)
 }
 
 type pending struct {
@@ -168,6 +191,7 @@ func Open(opts Options) (*Journal, error) {
 	} else if err := j.openLast(); err != nil {
 		return nil, err
 	}
+	j.writtenSeq = j.nextSeq - 1
 	go j.writer()
 	return j, nil
 }
@@ -245,7 +269,7 @@ func (j *Journal) openLast() error {
 		j.repairs = append(j.repairs, rep)
 	}
 	j.seg = f
-	last.size = int64(off)
+	last.size, last.written = int64(off), int64(off)
 	j.nextSeq = max(lastSeq+1, last.first)
 	return nil
 }
@@ -291,8 +315,10 @@ func (j *Journal) Stats() Stats {
 }
 
 // Append queues a record of type t and returns its sequence number
-// without waiting for I/O. done, if not nil, is called from the writer's
-// goroutine once the record is durable (nil) or could not be written.
+// without waiting for I/O. done, if not nil, is called once the record is
+// durable (nil) or could not be written, from the goroutine that wrote or
+// synced it (the journal's writer, or a caller of Written) with the
+// journal's write lock held: it must not wait for the journal.
 func (j *Journal) Append(t Type, payload []byte, done func(error)) (uint64, error) {
 	if len(payload) > j.opts.MaxRecord {
 		return 0, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), j.opts.MaxRecord)
@@ -337,6 +363,60 @@ func (j *Journal) Barrier(done func(error)) {
 	j.wake.Signal()
 }
 
+// Written calls done once every record appended before it has been
+// written to its segment — handed to the kernel, so that it survives the
+// death of this process, though not yet a power loss — or with the error
+// of a write that failed while it waited (a failure before it is for
+// Barrier and the done of Append to report). The records' sync follows as
+// for any other. If the writer is not busy, Written writes the queue
+// itself (so done may run before it returns); done must not wait for the
+// journal.
+func (j *Journal) Written(done func(error)) {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		done(ErrClosed)
+		return
+	}
+	seq := j.nextSeq - 1
+	if j.writtenSeq >= seq {
+		j.mu.Unlock()
+		done(nil)
+		return
+	}
+	j.writers = append(j.writers, writtenWaiter{seq: seq, done: done})
+	j.mu.Unlock()
+	// Write it here rather than wait for the writer to wake up for it: a
+	// hand-over between goroutines less on the caller's path. If the
+	// writer is busy, it takes the queue next.
+	if j.wmu.TryLock() {
+		j.writeQueued()
+		j.wmu.Unlock()
+	}
+}
+
+// wrote records that the records up to last were written (err nil) or
+// failed to be, and tells the Written waiters that waited for them.
+func (j *Journal) wrote(last uint64, err error) {
+	j.mu.Lock()
+	j.writtenSeq = max(j.writtenSeq, last)
+	var due []writtenWaiter
+	keep := j.writers[:0]
+	for _, w := range j.writers {
+		if w.seq <= last {
+			due = append(due, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(j.writers[len(keep):])
+	j.writers = keep
+	j.mu.Unlock()
+	for _, w := range due {
+		w.done(err)
+	}
+}
+
 // Sync waits until every record appended so far is durable.
 func (j *Journal) Sync() error {
 	c := make(chan error, 1)
@@ -356,6 +436,8 @@ func (j *Journal) Close() error {
 	j.wake.Signal()
 	j.mu.Unlock()
 	<-j.exited
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
 	err := j.seg.Close()
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
@@ -367,107 +449,237 @@ func (j *Journal) writer() {
 	defer close(j.exited)
 	for {
 		j.mu.Lock()
-		for len(j.queue) == 0 && !j.closed {
+		for !j.closed && j.syncing.result == nil && (len(j.queue) == 0 || j.unsyncedBytes >= j.opts.MaxPending) {
 			j.wake.Wait()
 		}
-		if len(j.queue) == 0 {
-			j.mu.Unlock()
+		for j.closed && len(j.queue) == 0 && j.syncing.running && j.syncing.result == nil {
+			j.wake.Wait() // the last records' sync
+		}
+		j.mu.Unlock()
+
+		j.wmu.Lock()
+		j.mu.Lock()
+		var finished *syncResult
+		if r := j.syncing.result; r != nil {
+			finished, j.syncing = r, syncState{}
+		}
+		done := j.closed && len(j.queue) == 0 && finished == nil && !j.syncing.running && len(j.unsynced) == 0
+		j.mu.Unlock()
+		if done {
+			j.wmu.Unlock()
 			return
 		}
-		batch := j.queue
-		j.queue, j.spare = j.spare[:0], nil
-		j.queued = 0
-		j.mu.Unlock()
-
-		n, err := j.writeBatch(batch)
-
-		j.mu.Lock()
-		j.stats.Syncs++
-		if err != nil {
-			j.stats.Failed += uint64(n)
-			j.stats.LastErr = err.Error()
-		} else {
-			j.stats.Appended += uint64(n)
+		if finished != nil {
+			j.synced(finished.err)
 		}
-		j.mu.Unlock()
-		for i := range batch {
-			p := &batch[i]
-			if p.done == nil {
-				continue
-			}
-			if p.barrier && err == nil && j.unreported != nil {
-				p.done(j.unreported)
-				j.unreported = nil
-				continue
-			}
-			p.done(err)
-		}
-		clear(batch)
-		j.mu.Lock()
-		j.spare = batch[:0]
-		j.mu.Unlock()
+		j.writeQueued()
+		j.wmu.Unlock()
 		// Let the appenders just woken by done queue their next records,
 		// so that they share the next fsync instead of each taking one.
 		runtime.Gosched()
 	}
 }
 
-// writeBatch writes every record of batch with one write and one fsync
-// (one more for each segment boundary the batch crosses, so that a burst
-// never makes a segment larger than SegmentSize) and returns how many
-// records it held. A failed attempt is retried once after cutting the
-// segment back to its last durable size.
-func (j *Journal) writeBatch(batch []pending) (int, error) {
+// writeQueued writes what is queued, unless too much already awaits an
+// fsync, and makes sure an fsync follows. j.wmu must be held.
+func (j *Journal) writeQueued() {
+	j.mu.Lock()
+	var batch []pending
+	if j.unsyncedBytes < j.opts.MaxPending || j.closed {
+		batch = j.queue
+		j.queue, j.spare = j.spare[:0], nil
+		j.queued = 0
+	}
+	j.mu.Unlock()
+	if len(batch) > 0 {
+		j.writeBatch(batch)
+		clear(batch)
+		j.mu.Lock()
+		j.spare = batch[:0]
+		j.mu.Unlock()
+	}
+	j.startSync()
+}
+
+// errRecovering stands for the error of an earlier failed write while the
+// segment has not been cut back yet; redo reports its own error instead.
+var errRecovering = errors.New("journal: a failed write is being recovered")
+
+// syncState is the one fsync that may run beside the writer; guarded by
+// j.mu.
+type syncState struct {
+	running bool
+	result  *syncResult // set when it has finished
+}
+
+type syncResult struct{ err error }
+
+// startSync starts the fsync of what is written but not yet durable, in
+// the background so that the next records are written meanwhile, unless
+// one is already running (its end starts the next). With nothing to sync,
+// what waits is told at once.
+func (j *Journal) startSync() {
+	if len(j.unsynced) == 0 {
+		return
+	}
+	j.mu.Lock()
+	running := j.syncing.running
+	j.mu.Unlock()
+	if running {
+		return
+	}
+	cur := &j.segs[len(j.segs)-1]
+	if cur.written == cur.size {
+		j.fire(len(j.unsynced), nil) // barriers, or records a sync already covered
+		return
+	}
+	j.syncTo, j.syncCovers = cur.written, len(j.unsynced)
+	j.mu.Lock()
+	j.syncing.running = true
+	j.mu.Unlock()
+	f := j.seg
+	go func() {
+		err := fsutil.Datasync(f)
+		j.mu.Lock()
+		j.syncing.result = &syncResult{err}
+		j.wake.Signal()
+		j.mu.Unlock()
+	}()
+}
+
+// awaitSync waits for the running fsync, if any, and takes its outcome.
+func (j *Journal) awaitSync() {
+	j.mu.Lock()
+	for j.syncing.running && j.syncing.result == nil {
+		j.wake.Wait()
+	}
+	r := j.syncing.result
+	j.syncing = syncState{}
+	j.mu.Unlock()
+	if r != nil {
+		j.synced(r.err)
+	}
+}
+
+// synced takes the outcome of the fsync that covered the first
+// j.syncCovers unsynced entries, up to offset j.syncTo.
+func (j *Journal) synced(err error) {
+	j.mu.Lock()
+	j.stats.Syncs++
+	j.mu.Unlock()
+	if err != nil {
+		j.redo(err)
+		return
+	}
+	cur := &j.segs[len(j.segs)-1]
+	cur.size = max(cur.size, j.syncTo)
+	j.fire(j.syncCovers, nil)
+}
+
+// fire tells the first n unsynced entries their outcome and drops them.
+func (j *Journal) fire(n int, err error) {
+	var bytes, records int
+	for i := range j.unsynced[:n] {
+		p := &j.unsynced[i]
+		if !p.barrier {
+			bytes += len(p.rec.Payload) + headerSize
+			records++
+		}
+		switch {
+		case p.done == nil:
+		case p.barrier && err == nil && j.unreported != nil:
+			p.done(j.unreported)
+			j.unreported = nil
+		default:
+			p.done(err)
+		}
+	}
+	rest := copy(j.unsynced, j.unsynced[n:])
+	clear(j.unsynced[rest:])
+	j.unsynced = j.unsynced[:rest]
+	j.syncCovers = 0
+	j.mu.Lock()
+	j.unsyncedBytes -= bytes
+	if err != nil {
+		j.stats.Failed += uint64(records)
+		j.stats.LastErr = err.Error()
+	} else {
+		j.stats.Appended += uint64(records)
+	}
+	j.mu.Unlock()
+}
+
+// writeBatch writes the records of batch with one write (one more for
+// each segment boundary the batch crosses, so that a burst never makes a
+// segment larger than SegmentSize) and queues them for the next fsync. A
+// failure is retried once, see redo.
+func (j *Journal) writeBatch(batch []pending) {
 	j.buf = j.buf[:0]
 	var first Record
-	n := 0
+	var last uint64
+	from := 0 // batch[from:] is not yet among the unsynced
 	var err error
-	flush := func() {
-		if len(j.buf) == 0 || err != nil {
-			return
+	flush := func(upto int) {
+		if len(j.buf) > 0 && err == nil {
+			err = j.write(first, last)
+			j.buf = j.buf[:0]
 		}
-		if err = j.commit(first); err != nil {
-			err = j.commit(first)
-		}
-		j.buf = j.buf[:0]
+		j.addUnsynced(batch[from:upto])
+		from = upto
 	}
 	for i := range batch {
 		if batch[i].barrier {
 			continue
 		}
 		rec := batch[i].rec
-		cur := j.segs[len(j.segs)-1].size
+		cur := j.segs[len(j.segs)-1].written
 		if len(j.buf) > 0 && cur+int64(len(j.buf)+headerSize+len(rec.Payload)) > j.opts.SegmentSize {
-			flush() // what fits closes this segment; the rest starts the next
+			flush(i) // what fits closes this segment; the rest starts the next
 		}
 		if len(j.buf) == 0 {
 			first = rec
 		}
 		j.buf = appendFrame(j.buf, rec)
-		n++
+		last = rec.Seq
 	}
-	flush()
+	flush(len(batch))
 	if err != nil {
-		j.unreported = err
+		j.redo(err)
 	}
-	return n, err
 }
 
-func (j *Journal) commit(first Record) error {
-	if j.needRecover {
-		if err := j.recover(first.Seq); err != nil {
-			return err
+func (j *Journal) addUnsynced(ps []pending) {
+	var bytes int
+	for i := range ps {
+		if !ps[i].barrier {
+			bytes += len(ps[i].rec.Payload) + headerSize
 		}
 	}
+	j.unsynced = append(j.unsynced, ps...)
+	j.mu.Lock()
+	j.unsyncedBytes += bytes
+	j.mu.Unlock()
+}
+
+// write writes j.buf, which holds the records first.Seq to last, at the
+// end of the newest segment, starting a new one first if it would grow
+// past SegmentSize; the old one is made durable before that.
+func (j *Journal) write(first Record, last uint64) error {
+	if j.needRecover {
+		return errRecovering
+	}
 	cur := &j.segs[len(j.segs)-1]
-	if cur.size > 0 && cur.size+int64(len(j.buf)) > j.opts.SegmentSize {
+	if cur.written > 0 && cur.written+int64(len(j.buf)) > j.opts.SegmentSize {
+		if err := j.drain(); err != nil {
+			return err
+		}
 		if err := j.create(first.Seq); err != nil {
 			return err
 		}
 		j.prune()
 		cur = &j.segs[len(j.segs)-1]
 	}
-	if _, err := j.seg.Seek(cur.size, 0); err != nil {
+	if _, err := j.seg.Seek(cur.written, 0); err != nil {
 		j.needRecover = true
 		return fmt.Errorf("journal: %s: %w", cur.name, err)
 	}
@@ -475,18 +687,109 @@ func (j *Journal) commit(first Record) error {
 		j.needRecover = true
 		return fmt.Errorf("journal: %s: %w", cur.name, err)
 	}
-	// After a failed fsync the kernel may have dropped the dirty pages and
-	// a second fsync would succeed without them (fsyncgate): the bytes past
-	// cur.size are never trusted again, see recover.
-	if err := fsutil.Datasync(j.seg); err != nil {
+	if cur.written == 0 {
+		cur.firstTime = first.Time
+	}
+	cur.written += int64(len(j.buf))
+	j.wrote(last, nil)
+	return nil
+}
+
+// drain makes everything written so far durable, waiting for the running
+// fsync and running one more if needed.
+func (j *Journal) drain() error {
+	j.awaitSync()
+	if j.needRecover {
+		return errRecovering
+	}
+	cur := &j.segs[len(j.segs)-1]
+	if cur.written == cur.size {
+		return nil
+	}
+	j.syncTo, j.syncCovers = cur.written, len(j.unsynced)
+	err := fsutil.Datasync(j.seg)
+	j.mu.Lock()
+	j.stats.Syncs++
+	j.mu.Unlock()
+	if err != nil {
+		// After a failed fsync the kernel may have dropped the dirty pages
+		// and a second fsync would succeed without them (fsyncgate): the
+		// bytes past cur.size are never trusted again, see recover.
 		j.needRecover = true
 		return fmt.Errorf("journal: %s: %w", cur.name, err)
 	}
-	if cur.size == 0 {
-		cur.firstTime = first.Time
-	}
-	cur.size += int64(len(j.buf))
+	cur.size = cur.written
+	j.fire(j.syncCovers, nil)
 	return nil
+}
+
+// redo handles a failed write or fsync. After a failed fsync the kernel
+// may have dropped the dirty pages and a second fsync would succeed
+// without them (fsyncgate), so nothing past the last durable size is
+// trusted: the segment is cut back to it (see recover) and every record
+// not yet durable is written and synced once more. If that fails too,
+// they fail with err.
+func (j *Journal) redo(err error) {
+	j.needRecover = true
+	j.mu.Lock()
+	running := j.syncing.running
+	j.mu.Unlock()
+	if running {
+		// Its outcome is moot (everything unsynced is redone), but it must
+		// be over before the segment is cut.
+		j.mu.Lock()
+		for j.syncing.result == nil {
+			j.wake.Wait()
+		}
+		j.syncing = syncState{}
+		j.stats.Syncs++
+		j.mu.Unlock()
+	}
+	var first Record
+	var last uint64
+	j.buf = j.buf[:0]
+	for i := range j.unsynced {
+		if p := &j.unsynced[i]; !p.barrier {
+			if len(j.buf) == 0 {
+				first = p.rec
+			}
+			j.buf = appendFrame(j.buf, p.rec)
+			last = p.rec.Seq
+		}
+	}
+	rerr := j.recover(first.Seq)
+	cur := &j.segs[len(j.segs)-1]
+	if rerr == nil && len(j.buf) > 0 {
+		if _, rerr = j.seg.Seek(cur.size, 0); rerr == nil {
+			if _, rerr = j.seg.Write(j.buf); rerr == nil {
+				rerr = fsutil.Datasync(j.seg)
+				j.mu.Lock()
+				j.stats.Syncs++
+				j.mu.Unlock()
+			}
+		}
+		if rerr != nil {
+			j.needRecover = true
+		} else {
+			if cur.size == 0 {
+				cur.firstTime = first.Time
+			}
+			cur.size += int64(len(j.buf))
+			cur.written = cur.size
+		}
+	}
+	j.buf = j.buf[:0]
+	if rerr != nil {
+		if errors.Is(err, errRecovering) || err == nil {
+			err = rerr
+		}
+		j.unreported = err
+		j.wrote(last, err)
+		j.fire(len(j.unsynced), err)
+		return
+	}
+	j.wrote(last, nil)
+	j.fire(len(j.unsynced), nil)
 }
 
 // recover cuts the segment back to its last durable size after a failed
@@ -500,6 +803,7 @@ func (j *Journal) recover(nextSeq uint64) error {
 		err = j.seg.Sync()
 	}
 	if err == nil {
+		cur.written = cur.size
 		j.needRecover = false
 		return nil
 	}

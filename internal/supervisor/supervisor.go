@@ -521,19 +521,24 @@ func (s *Supervisor) onService(name, command string, refuseFailed bool, f func(s
 }
 
 // WaitDurable returns once everything published so far is on disk, or
-// after Options.DurableWait; the daemon uses it for changes it publishes
-// itself (sessions). A
-// journal that cannot write is reported by the daemon; the command it
-// follows has happened either way, so its answer stands.
-func (s *Supervisor) WaitDurable() {
-	if s.durable == nil {
+// after Options.DurableWait. A journal that cannot write is reported by
+// the daemon; the command it follows has happened either way, so its
+// answer stands.
+func (s *Supervisor) WaitDurable() { s.Await(s.durable) }
+
+// Await is WaitDurable for another barrier of the journal's: it calls
+// barrier and returns once barrier calls back, or after
+// Options.DurableWait. The daemon uses it for the changes it publishes
+// itself (sessions).
+func (s *Supervisor) Await(barrier func(done func(error))) {
+	if barrier == nil {
 		return
 	}
 	expired := make(chan struct{})
 	t := s.clock.AfterFunc(s.durableWait, func() { close(expired) })
 	defer t.Stop()
 	c := make(chan error, 1)
-	s.durable(func(err error) { c <- err })
+	barrier(func(err error) { c <- err })
 	select {
 	case err := <-c:
 		if err != nil {
