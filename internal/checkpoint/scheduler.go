@@ -27,6 +27,12 @@ type Scheduler struct {
 	Interval time.Duration
 	// Activity is how many Note calls bring the next write forward; 0 means 50.
 	Activity int
+	// MinGap is how long after the end of a write an Activity write waits
+	// at least; 0 means 1s. A burst of events (a mass start, a registration
+	// storm) would otherwise write a checkpoint every Activity events, each
+	// contending for the disk with the journal's syncs that the events'
+	// answers wait for; the journal holds what happens in between.
+	MinGap time.Duration
 	// Slow: a write that takes longer doubles the interval; 0 means 500ms.
 	Slow time.Duration
 	// Fast: a write that takes less restores Interval; 0 means 100ms.
@@ -49,6 +55,7 @@ type Scheduler struct {
 	notes    atomic.Int64
 	cur      atomic.Int64 // effective interval
 	last     atomic.Int64 // unix nanoseconds of the last successful write; 0: none yet
+	ended    atomic.Int64 // unix nanoseconds of the end of the last write; 0: none yet
 
 	// busy is held (a token sent) for the length of a write; a channel, not
 	// a mutex, so that a waiter is durably blocked under testing/synctest.
@@ -146,6 +153,19 @@ func (s *Scheduler) Run(ctx context.Context) {
 			case <-fired:
 			default:
 			}
+			if ended := s.ended.Load(); ended != 0 {
+				if wait := time.Unix(0, ended).Add(orDefault(s.MinGap, time.Second)).Sub(s.clock().Now()); wait > 0 {
+					// Too soon after the last: the write is due when the
+					// gap ends (notes are counted, so it is not skipped).
+					t = s.clock().AfterFunc(wait, func() {
+						select {
+						case fired <- struct{}{}:
+						default:
+						}
+					})
+					continue
+				}
+			}
 		}
 		if errors.Is(s.write(false), ErrClosed) {
 			return
@@ -170,7 +190,9 @@ func (s *Scheduler) write(final bool) error {
 	if err == nil {
 		s.last.Store(began.UnixNano())
 	}
-	took := c.Now().Sub(began)
+	end := c.Now()
+	s.ended.Store(end.UnixNano())
+	took := end.Sub(began)
 	switch {
 	case took > orDefault(s.Slow, 500*time.Millisecond):
 		limit := max(orDefault(s.MaxInterval, 5*time.Minute), s.interval())

@@ -185,6 +185,47 @@ func TestSchedulerActivity(t *testing.T) {
 	})
 }
 
+// TestSchedulerMinGap: a burst of events writes a checkpoint at once, then
+// at most one per MinGap, and the events of the burst's end are written
+// when the gap ends, not at the next interval.
+func TestSchedulerMinGap(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRec()
+		s := &Scheduler{Write: r.write, Interval: time.Hour, Activity: 5, MinGap: time.Second}
+		stop := run(t, s)
+		defer stop()
+		// 100 events in 0.1s: the first 5 write at once, the rest wait.
+		for range 100 {
+			s.Note()
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+		}
+		if got := r.times(); len(got) != 1 || got[0] != 4*time.Millisecond {
+			t.Fatalf("writes during the burst began at %v; want one, at 4ms", got)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := r.times(); len(got) != 2 || got[1] != time.Second+4*time.Millisecond {
+			t.Fatalf("writes began at %v; want a second one when the gap after the first ended", got)
+		}
+		// Quiet: nothing more until the interval (which ends at 1h + 1.004s).
+		time.Sleep(time.Hour - 200*time.Millisecond)
+		synctest.Wait()
+		if n := r.count(); n != 2 {
+			t.Fatalf("%d writes after the burst; want 2 until the interval", n)
+		}
+		// Later activity, past the gap, writes at once again.
+		for range 5 {
+			s.Note()
+		}
+		synctest.Wait()
+		if n := r.count(); n != 3 {
+			t.Fatalf("%d writes after activity past the gap; want 3", n)
+		}
+	})
+}
+
 func TestSchedulerSlowWrites(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
