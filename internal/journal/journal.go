@@ -110,6 +110,8 @@ type Journal struct {
 	// is written but not durable: past MaxPending the writer stops taking
 	// records, and Append refuses them, until the disk catches up.
 	syncing       syncState
+	syncDone      *sync.Cond // broadcast when the running fsync ends
+	syncWanted    bool       // a Written caller wrote records: the writer must sync them
 	unsyncedBytes int
 
 	// Guarded by wmu: the writer goroutine holds it, and so does Written
@@ -166,6 +168,7 @@ func Open(opts Options) (*Journal, error) {
 	opts.fill()
 	j := &Journal{opts: opts, exited: make(chan struct{})}
 	j.wake = sync.NewCond(&j.mu)
+	j.syncDone = sync.NewCond(&j.mu)
 	fsys, dir := opts.FS, opts.Dir
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -392,6 +395,10 @@ func (j *Journal) Written(done func(error)) {
 	if j.wmu.TryLock() {
 		j.writeQueued()
 		j.wmu.Unlock()
+		j.mu.Lock()
+		j.syncWanted = true // what it wrote; the writer may have seen an empty queue
+		j.wake.Signal()
+		j.mu.Unlock()
 	}
 }
 
@@ -445,35 +452,42 @@ func (j *Journal) Close() error {
 	return nil
 }
 
+// writer writes what Append queues and runs the fsyncs: one at a time,
+// outside the write lock, so that the next records are written (by it, or
+// by a caller of Written) while one runs; the records the fsync covers
+// are told when it ends, and the next one covers what was written
+// meanwhile.
 func (j *Journal) writer() {
 	defer close(j.exited)
 	for {
 		j.mu.Lock()
-		for !j.closed && j.syncing.result == nil && (len(j.queue) == 0 || j.unsyncedBytes >= j.opts.MaxPending) {
+		for !j.closed && j.syncing.result == nil && !j.syncWanted &&
+			(len(j.queue) == 0 || j.unsyncedBytes >= j.opts.MaxPending) {
 			j.wake.Wait()
 		}
-		for j.closed && len(j.queue) == 0 && j.syncing.running && j.syncing.result == nil {
-			j.wake.Wait() // the last records' sync
-		}
+		j.syncWanted = false
 		j.mu.Unlock()
 
 		j.wmu.Lock()
+		j.takeSyncResult()
 		j.mu.Lock()
-		var finished *syncResult
-		if r := j.syncing.result; r != nil {
-			finished, j.syncing = r, syncState{}
-		}
-		done := j.closed && len(j.queue) == 0 && finished == nil && !j.syncing.running && len(j.unsynced) == 0
+		done := j.closed && len(j.queue) == 0 && len(j.unsynced) == 0
 		j.mu.Unlock()
 		if done {
 			j.wmu.Unlock()
 			return
 		}
-		if finished != nil {
-			j.synced(finished.err)
-		}
 		j.writeQueued()
+		f := j.beginSync()
 		j.wmu.Unlock()
+		if f != nil {
+			err := fsutil.Datasync(f)
+			j.mu.Lock()
+			j.syncing.result = &syncResult{err}
+			j.syncDone.Broadcast()
+			j.mu.Unlock()
+			continue // its outcome is taken first thing
+		}
 		// Let the appenders just woken by done queue their next records,
 		// so that they share the next fsync instead of each taking one.
 		runtime.Gosched()
@@ -481,7 +495,7 @@ func (j *Journal) writer() {
 }
 
 // writeQueued writes what is queued, unless too much already awaits an
-// fsync, and makes sure an fsync follows. j.wmu must be held.
+// fsync. j.wmu must be held.
 func (j *Journal) writeQueued() {
 	j.mu.Lock()
 	var batch []pending
@@ -498,65 +512,78 @@ func (j *Journal) writeQueued() {
 		j.spare = batch[:0]
 		j.mu.Unlock()
 	}
-	j.startSync()
 }
 
 // errRecovering stands for the error of an earlier failed write while the
 // segment has not been cut back yet; redo reports its own error instead.
 var errRecovering = errors.New("journal: a failed write is being recovered")
 
-// syncState is the one fsync that may run beside the writer; guarded by
-// j.mu.
+// syncState is the fsync the writer runs outside the write lock; guarded
+// by j.mu.
 type syncState struct {
 	running bool
-	result  *syncResult // set when it has finished
+	result  *syncResult // set when it has finished, until taken
 }
 
 type syncResult struct{ err error }
 
-// startSync starts the fsync of what is written but not yet durable, in
-// the background so that the next records are written meanwhile, unless
-// one is already running (its end starts the next). With nothing to sync,
-// what waits is told at once.
-func (j *Journal) startSync() {
+// beginSync readies the fsync of what is written but not yet durable and
+// returns the file to sync, or nil: nothing is unsynced, or an fsync is
+// running already (the writer takes its outcome, then begins the next).
+// With nothing written to sync, what waits (barriers) is told at once.
+// j.wmu must be held.
+func (j *Journal) beginSync() fsutil.File {
 	if len(j.unsynced) == 0 {
-		return
+		return nil
 	}
 	j.mu.Lock()
-	running := j.syncing.running
-	j.mu.Unlock()
-	if running {
-		return
+	defer j.mu.Unlock()
+	if j.syncing.running {
+		return nil
 	}
 	cur := &j.segs[len(j.segs)-1]
 	if cur.written == cur.size {
+		j.mu.Unlock()
 		j.fire(len(j.unsynced), nil) // barriers, or records a sync already covered
-		return
+		j.mu.Lock()
+		return nil
 	}
 	j.syncTo, j.syncCovers = cur.written, len(j.unsynced)
-	j.mu.Lock()
 	j.syncing.running = true
-	j.mu.Unlock()
-	f := j.seg
-	go func() {
-		err := fsutil.Datasync(f)
-		j.mu.Lock()
-		j.syncing.result = &syncResult{err}
-		j.wake.Signal()
-		j.mu.Unlock()
-	}()
+	return j.seg
 }
 
-// awaitSync waits for the running fsync, if any, and takes its outcome.
-func (j *Journal) awaitSync() {
+// takeSyncResult takes the outcome of a finished fsync, if there is one.
+// j.wmu must be held.
+func (j *Journal) takeSyncResult() {
 	j.mu.Lock()
+	r := j.syncing.result
+	if r != nil {
+		j.syncing = syncState{}
+	}
+	j.mu.Unlock()
+	if r != nil {
+		j.synced(r.err)
+	}
+}
+
+// waitSync waits until no fsync runs and returns the outcome of the one
+// that ran, if it is not taken yet. j.wmu must be held.
+func (j *Journal) waitSync() *syncResult {
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	for j.syncing.running && j.syncing.result == nil {
-		j.wake.Wait()
+		j.syncDone.Wait()
 	}
 	r := j.syncing.result
 	j.syncing = syncState{}
-	j.mu.Unlock()
-	if r != nil {
+	return r
+}
+
+// awaitSync waits for the running fsync, if any, and takes its outcome.
+// j.wmu must be held.
+func (j *Journal) awaitSync() {
+	if r := j.waitSync(); r != nil {
 		j.synced(r.err)
 	}
 }
@@ -731,17 +758,10 @@ func (j *Journal) drain() error {
 // they fail with err.
 func (j *Journal) redo(err error) {
 	j.needRecover = true
-	j.mu.Lock()
-	running := j.syncing.running
-	j.mu.Unlock()
-	if running {
-		// Its outcome is moot (everything unsynced is redone), but it must
-		// be over before the segment is cut.
+	if r := j.waitSync(); r != nil {
+		// Its outcome is moot (everything unsynced is redone), but it had
+		// to be over before the segment is cut.
 		j.mu.Lock()
-		for j.syncing.result == nil {
-			j.wake.Wait()
-		}
-		j.syncing = syncState{}
 		j.stats.Syncs++
 		j.mu.Unlock()
 	}
