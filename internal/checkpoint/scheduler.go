@@ -105,10 +105,12 @@ func (s *Scheduler) CurrentInterval() time.Duration {
 	return time.Duration(s.cur.Load())
 }
 
-// Note counts one activity event. It never blocks.
+// Note counts one activity event. It never blocks, and wakes the
+// scheduler only when the count reaches Activity: the events after that,
+// until the next write, change nothing it has to decide.
 func (s *Scheduler) Note() {
 	s.init()
-	if s.notes.Add(1) >= s.activity() {
+	if s.notes.Add(1) == s.activity() {
 		select {
 		case s.kick <- struct{}{}:
 		default:
