@@ -36,6 +36,9 @@ type Options struct {
 	MaxPending int
 	// Now stamps records; default time.Now.
 	Now func() time.Time
+	// LazySync is how long a record of AppendLazy may wait for an fsync
+	// that another record starts before it gets one of its own. Default 1s.
+	LazySync time.Duration
 }
 
 func (o *Options) fill() {
@@ -56,6 +59,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxPending <= 0 {
 		o.MaxPending = 16 << 20
+	}
+	if o.LazySync <= 0 {
+		o.LazySync = time.Second
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -112,6 +118,8 @@ type Journal struct {
 	syncing       syncState
 	syncDone      *sync.Cond // broadcast when the running fsync ends
 	syncWanted    bool       // a Written caller wrote records: the writer must sync them
+	lazyArmed     bool       // a timer will make the lazy records' fsync due
+	lazyDue       bool       // lazy records have waited Options.LazySync
 	unsyncedBytes int
 
 	// Guarded by wmu: the writer goroutine holds it, and so does Written
@@ -128,6 +136,7 @@ type Journal struct {
 	unsynced   []pending
 	syncCovers int
 	syncTo     int64
+	syncNeeded bool // unsynced holds more than lazy records
 }
 
 type segment struct {
@@ -147,6 +156,7 @@ type pending struct {
 	rec     Record
 	done    func(error)
 	barrier bool
+	lazy    bool // AppendLazy: no fsync of its own
 }
 
 const segSuffix = ".seg"
@@ -323,6 +333,19 @@ func (j *Journal) Stats() Stats {
 // synced it (the journal's writer, or a caller of Written) with the
 // journal's write lock held: it must not wait for the journal.
 func (j *Journal) Append(t Type, payload []byte, done func(error)) (uint64, error) {
+	return j.append(t, payload, done, false)
+}
+
+// AppendLazy is Append for a record that need not be durable at once: it
+// is written like any other (Written waits for it), but starts no fsync
+// of its own. The next fsync, for another record or a barrier, covers it,
+// and at the latest one Options.LazySync after it was written. It suits
+// what only has to survive the daemon's death, which write(2) assures.
+func (j *Journal) AppendLazy(t Type, payload []byte, done func(error)) (uint64, error) {
+	return j.append(t, payload, done, true)
+}
+
+func (j *Journal) append(t Type, payload []byte, done func(error), lazy bool) (uint64, error) {
 	if len(payload) > j.opts.MaxRecord {
 		return 0, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, len(payload), j.opts.MaxRecord)
 	}
@@ -337,7 +360,7 @@ func (j *Journal) Append(t Type, payload []byte, done func(error)) (uint64, erro
 	}
 	seq := j.nextSeq
 	j.nextSeq++
-	j.queue = append(j.queue, pending{rec: Record{Seq: seq, Type: t, Time: j.opts.Now(), Payload: payload}, done: done})
+	j.queue = append(j.queue, pending{rec: Record{Seq: seq, Type: t, Time: j.opts.Now(), Payload: payload}, done: done, lazy: lazy})
 	j.queued += len(payload) + headerSize
 	j.wake.Signal()
 	return seq, nil
@@ -548,6 +571,19 @@ func (j *Journal) beginSync() fsutil.File {
 		j.mu.Lock()
 		return nil
 	}
+	if !j.syncNeeded && !j.lazyDue && !j.closed {
+		if !j.lazyArmed { // only lazy records wait: their fsync comes later
+			j.lazyArmed = true
+			time.AfterFunc(j.opts.LazySync, func() {
+				j.mu.Lock()
+				j.lazyDue, j.syncWanted = true, true
+				j.wake.Signal()
+				j.mu.Unlock()
+			})
+		}
+		return nil
+	}
+	j.syncNeeded, j.lazyDue, j.lazyArmed = false, false, false
 	j.syncTo, j.syncCovers = cur.written, len(j.unsynced)
 	j.syncing.running = true
 	return j.seg
@@ -683,6 +719,9 @@ func (j *Journal) addUnsynced(ps []pending) {
 		}
 	}
 	j.unsynced = append(j.unsynced, ps...)
+	for i := range ps {
+		j.syncNeeded = j.syncNeeded || !ps[i].lazy
+	}
 	j.mu.Lock()
 	j.unsyncedBytes += bytes
 	j.mu.Unlock()

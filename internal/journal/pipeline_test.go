@@ -212,3 +212,71 @@ func TestPersistentSyncFailureFailsWhatFollowedIt(t *testing.T) {
 		t.Fatalf("after a power loss: records %v; the acknowledged 1 and 5 must be there", got)
 	}
 }
+
+// TestLazyRecordsRideAnotherSync: lazy records are written at once but
+// start no fsync; the next record's fsync covers them, and Close syncs
+// what is left.
+func TestLazyRecordsRideAnotherSync(t *testing.T) {
+	t.Parallel()
+	mem := &fstest.Crash{}
+	faulty := &fstest.Faulty{FS: mem}
+	j := open(t, Options{FS: faulty, Dir: "/j", LazySync: time.Hour})
+	syncs := faulty.Count(fstest.OpSync)
+	lazy := make(chan error, 3)
+	for i := 1; i <= 3; i++ {
+		if _, err := j.AppendLazy(TypeEvent, payload(i), func(err error) { lazy <- err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := make(chan error, 1)
+	j.Written(func(err error) { written <- err })
+	if err := waitFor(t, written, "Written of lazy records"); err != nil {
+		t.Fatal(err)
+	}
+	// The writer may still be deciding; a durable record after them is
+	// what settles it, and its fsync must be the only one.
+	if _, err := j.Write(TypeEvent, payload(4)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := waitFor(t, lazy, fmt.Sprint("lazy record ", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := faulty.Count(fstest.OpSync) - syncs; n != 1 {
+		t.Fatalf("%d fsyncs for 3 lazy records and 1 durable one; want 1", n)
+	}
+	// Close syncs a lazy record that nothing else would.
+	if _, err := j.AppendLazy(TypeEvent, payload(5), func(err error) { lazy <- err }); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	if err := waitFor(t, lazy, "lazy record at Close"); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := all(t, mem.Crash(rand.New(rand.NewPCG(7, 8))), "/j")
+	if len(recs) != 5 {
+		t.Fatalf("%d records after a power loss after Close; want 5", len(recs))
+	}
+}
+
+// TestLazyRecordsAreSyncedWithinLazySync: with nothing else appended, a
+// lazy record gets its own fsync once LazySync has passed, not before.
+func TestLazyRecordsAreSyncedWithinLazySync(t *testing.T) {
+	t.Parallel()
+	mem := &fstest.Crash{}
+	faulty := &fstest.Faulty{FS: mem}
+	const lazySync = 200 * time.Millisecond
+	j := open(t, Options{FS: faulty, Dir: "/j", LazySync: lazySync})
+	done := make(chan error, 1)
+	began := time.Now()
+	if _, err := j.AppendLazy(TypeEvent, payload(1), func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(t, done, "the lazy record's fsync"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took < lazySync {
+		t.Fatalf("a lazy record was synced after %v, before LazySync (%v) and with nothing else to sync", took, lazySync)
+	}
+}
