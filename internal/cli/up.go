@@ -74,7 +74,9 @@ func daemonCmd(g *globals) *cobra.Command {
 			err = runDaemon(g, path, foreground, ready)
 			if err != nil && !startedOnce.Load() {
 				// It never got going: restarting would fail the same way.
-				fmt.Fprintln(g.stderr, "vigil: "+oneLine(err.Error()))
+				if !startFailureLogged.Load() {
+					fmt.Fprintln(g.stderr, "vigil: "+oneLine(err.Error()))
+				}
 				return exitError(guardian.ExitNoRestart)
 			}
 			return err
@@ -87,6 +89,9 @@ func daemonCmd(g *globals) *cobra.Command {
 
 // startedOnce is set once the daemon is ready: a later error is a crash.
 var startedOnce atomic.Bool
+
+// startFailureLogged is set once a start-up error is in the daemon's log.
+var startFailureLogged atomic.Bool
 
 // signalContext is cancelled by SIGINT or SIGTERM: a clean stop.
 func signalContext() (context.Context, context.CancelFunc) {
@@ -155,6 +160,11 @@ func runDaemon(g *globals, path string, foreground, readyFDGiven bool) error {
 	opts.Ready = func(err error) {
 		if err == nil {
 			startedOnce.Store(true)
+		} else {
+			// Logged before `up -d` hears of it, so that daemon.log has the
+			// reason by the time up -d has returned.
+			fmt.Fprintln(g.stderr, "vigil: "+oneLine(err.Error()))
+			startFailureLogged.Store(true)
 		}
 		if ready == nil {
 			return

@@ -110,7 +110,14 @@ func (h *hookRunner) drain(service string) {
 func (h *hookRunner) close(wait time.Duration) {
 	h.mu.Lock()
 	h.closed = true
+	busy := false
+	for _, r := range h.running {
+		busy = busy || r
+	}
 	h.mu.Unlock()
+	if !busy {
+		return
+	}
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	select {

@@ -571,7 +571,7 @@ func (j *Journal) beginSync() fsutil.File {
 		j.mu.Lock()
 		return nil
 	}
-	if !j.syncNeeded && !j.lazyDue && !j.closed {
+	if !j.syncNeeded && !j.lazyDue && !j.closed && j.unsyncedBytes < j.opts.MaxPending/2 {
 		if !j.lazyArmed { // only lazy records wait: their fsync comes later
 			j.lazyArmed = true
 			time.AfterFunc(j.opts.LazySync, func() {
@@ -658,6 +658,9 @@ func (j *Journal) fire(n int, err error) {
 		}
 	}
 	rest := copy(j.unsynced, j.unsynced[n:])
+	if rest == 0 {
+		j.syncNeeded = false
+	}
 	clear(j.unsynced[rest:])
 	j.unsynced = j.unsynced[:rest]
 	j.syncCovers = 0
