@@ -492,7 +492,14 @@ func (j *Journal) writer() {
 		j.mu.Unlock()
 
 		j.wmu.Lock()
-		j.takeSyncResult()
+		if j.takeSyncResult() {
+			// Let the appenders just told theirs are durable queue their
+			// next records, so that they share the next fsync with those
+			// written meanwhile instead of taking one after it.
+			j.wmu.Unlock()
+			runtime.Gosched()
+			j.wmu.Lock()
+		}
 		j.mu.Lock()
 		done := j.closed && len(j.queue) == 0 && len(j.unsynced) == 0
 		j.mu.Unlock()
@@ -511,8 +518,6 @@ func (j *Journal) writer() {
 			j.mu.Unlock()
 			continue // its outcome is taken first thing
 		}
-		// Let the appenders just woken by done queue their next records,
-		// so that they share the next fsync instead of each taking one.
 		runtime.Gosched()
 	}
 }
@@ -589,9 +594,9 @@ func (j *Journal) beginSync() fsutil.File {
 	return j.seg
 }
 
-// takeSyncResult takes the outcome of a finished fsync, if there is one.
-// j.wmu must be held.
-func (j *Journal) takeSyncResult() {
+// takeSyncResult takes the outcome of a finished fsync, if there is one,
+// and reports whether there was. j.wmu must be held.
+func (j *Journal) takeSyncResult() bool {
 	j.mu.Lock()
 	r := j.syncing.result
 	if r != nil {
@@ -601,6 +606,7 @@ func (j *Journal) takeSyncResult() {
 	if r != nil {
 		j.synced(r.err)
 	}
+	return r != nil
 }
 
 // waitSync waits until no fsync runs and returns the outcome of the one
@@ -818,6 +824,11 @@ func (j *Journal) redo(err error) {
 			j.buf = appendFrame(j.buf, p.rec)
 			last = p.rec.Seq
 		}
+	}
+	if len(j.buf) == 0 { // a new segment, if recover needs one, starts at the next record
+		j.mu.Lock()
+		first.Seq = j.nextSeq
+		j.mu.Unlock()
 	}
 	rerr := j.recover(first.Seq)
 	cur := &j.segs[len(j.segs)-1]
