@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,7 +51,7 @@ func (r *Reaper) Adopt(a Adoptee, onExit func(Exit)) (*Process, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%w: pid %d", ErrGone, a.PID)
 	}
-	p := &Process{Identity: a.Identity, PGID: a.PGID, Service: a.Service, token: a.Token}
+	p := &Process{Identity: a.Identity, PGID: a.PGID, Service: a.Service, token: a.Token, since: time.Now()}
 	if a.Cgroup != "" {
 		p.cg, p.foreignCg = &cgroup{dir: a.Cgroup}, true
 	}

@@ -434,3 +434,54 @@ func BenchmarkSpawnExit(b *testing.B) {
 		<-ch
 	}
 }
+
+// TestStoppingManyReadsProcOnce: without cgroups, stopping 20 instances
+// (their stop signal, then the check for leftovers after each exit) reads
+// /proc a few times in all, not once or more per instance: the readings
+// are shared where that is sound. Not parallel, so that no other test
+// reads /proc meanwhile.
+func TestStoppingManyReadsProcOnce(t *testing.T) {
+	r := newReaper(t, ReaperOptions{})
+	const n = 20
+	var ps []*Process
+	var chs []chan Exit
+	for range n {
+		p, ch := spawn(t, r, Spec{Service: "t", Path: "sleep", Args: []string{"sleep", "1000"}})
+		ps, chs = append(ps, p), append(chs, ch)
+	}
+	before := tableReads.Load()
+	for _, p := range ps {
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, p := range ps {
+		waitExit(t, chs[i])
+		if k := p.KillAll(); k != 0 {
+			t.Fatalf("instance %d: KillAll found %d leftovers of a plain sleep", i, k)
+		}
+	}
+	if reads := tableReads.Load() - before; reads > 6 {
+		t.Fatalf("%d readings of /proc to stop %d instances; want a few, shared", reads, n)
+	}
+}
+
+// TestKillAllDoesNotTrustAReadingFromBeforeTheInstance: a reading of /proc
+// taken before an instance began does not show its main process; that
+// must not pass for "the main process had ended", or a stray outside the
+// process group would be missed.
+func TestKillAllDoesNotTrustAReadingFromBeforeTheInstance(t *testing.T) {
+	r := newReaper(t, ReaperOptions{})
+	readTable()
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	spec := sh(`setsid sh -c 'echo $$ > "$PIDFILE"; exec sleep 1000' & wait`)
+	spec.Env = append(spec.Env, "PIDFILE="+pidfile)
+	p, ch := spawn(t, r, spec)
+	stray := waitPIDFile(t, pidfile)
+	t.Cleanup(func() { syscall.Kill(stray.PID, syscall.SIGKILL) })
+	if n := p.KillAll(); n < 2 {
+		t.Fatalf("KillAll found %d processes; want the main one and its setsid'd stray", n)
+	}
+	waitExit(t, ch)
+	waitDead(t, stray)
+}

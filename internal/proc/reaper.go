@@ -150,6 +150,7 @@ func (r *Reaper) reap() {
 // an exit reaped between fork and registration waits for the registration.
 func (r *Reaper) dispatch(pid int, ws syscall.WaitStatus) {
 	e := Exit{PID: pid, Status: ws, At: r.opts.Now()}
+	spawned.Delete(pid)
 	r.mu.Lock()
 	f := r.waiting[pid]
 	delete(r.waiting, pid)
@@ -252,10 +253,11 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		}
 		return nil, fmt.Errorf("proc: spawn %s%s: %w", path, where, err)
 	}
-	p := &Process{PGID: pid, Service: spec.Service, token: token, cg: cg}
+	p := &Process{PGID: pid, Service: spec.Service, token: token, cg: cg, since: time.Now()}
 	p.Identity.PID, p.Identity.Boot = pid, Boot()
 	if s, err := readStat(pid); err == nil {
 		p.StartTime = s.startTime
+		spawned.Store(pid, spawnedMain{token: token, start: s.startTime})
 	}
 	return p, nil
 }
@@ -331,6 +333,7 @@ type Process struct {
 	cg        *cgroup
 	foreignCg bool // cg is a dead daemon's (the instance was adopted)
 	released  bool
+	since     time.Time // its main process ran by then: a later reading of /proc shows it if alive
 }
 
 // Signal sends sig to the instance's process group and to every member that
@@ -352,7 +355,7 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // Members returns every live process of the instance.
 func (p *Process) Members() []Identity {
 	var out []Identity
-	for _, pid := range p.memberPIDs() {
+	for _, pid := range p.memberPIDs(time.Now()) {
 		if s, err := readStat(pid); err == nil && s.state != 'Z' && s.state != 'X' {
 			out = append(out, Identity{PID: pid, StartTime: s.startTime, Boot: Boot()})
 		}
@@ -366,10 +369,21 @@ func (p *Process) Members() []Identity {
 // SIGKILLs every later child cloned straight into it (CLONE_INTO_CGROUP),
 // and a service's cgroup lives on to hold its next instance. A few rounds
 // catch a process forked while the first round ran.
+//
+// Without a cgroup, the first round may use the last reading of /proc if
+// the main process had ended when it was taken: no process of the
+// instance it did not show can have been started after it (by the time
+// nothing of the instance ran, or by one it shows, which are killed and
+// looked for again in a reading taken after that).
 func (p *Process) KillAll() int {
 	seen := map[int]bool{}
+	since := time.Now()
+	if t := lastTable(); t != nil && p.cg == nil && !t.taken.Before(p.since) && !t.alive(p.Identity) {
+		since = t.taken
+	}
 	for round := 0; round < 3; round++ {
-		pids := p.memberPIDs()
+		pids := p.memberPIDs(since)
+		since = time.Now() // what the next round reads must follow these kills
 		fresh := 0
 		for _, pid := range pids {
 			if !seen[pid] {
@@ -389,7 +403,7 @@ func (p *Process) KillAll() int {
 
 // Owns reports whether pid is one of the instance's live processes.
 func (p *Process) Owns(pid int) bool {
-	for _, m := range p.memberPIDs() {
+	for _, m := range p.memberPIDs(time.Now()) {
 		if m == pid {
 			return true
 		}
@@ -425,9 +439,21 @@ func (p *Process) Release() {
 }
 
 // strays are members outside the process group (they would miss a group signal).
+//
+// Without a cgroup they come from a reading of /proc read less than
+// tableStale ago (and taken after the instance began: one from before
+// knows nothing of it), shared by the stop signals of a mass stop.
 func (p *Process) strays() []int {
+	var pids []int
+	switch {
+	case p.released:
+	case p.cg != nil:
+		pids = p.memberPIDs(time.Now())
+	default:
+		pids = recentTable(p.since, tableStale).members(p.PID, p.PGID, p.token)
+	}
 	var out []int
-	for _, pid := range p.memberPIDs() {
+	for _, pid := range pids {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != p.PGID {
 			out = append(out, pid)
 		}
@@ -435,7 +461,9 @@ func (p *Process) strays() []int {
 	return out
 }
 
-func (p *Process) memberPIDs() []int {
+// memberPIDs lists the instance's processes: its cgroup's, or those of a
+// reading of /proc taken at or after since.
+func (p *Process) memberPIDs(since time.Time) []int {
 	if p.released {
 		return nil
 	}
@@ -444,74 +472,22 @@ func (p *Process) memberPIDs() []int {
 			return pids
 		}
 	}
-	return p.scan()
+	return p.scan(since)
 }
 
-// scan finds the instance's processes in /proc: its process group, the
-// descendants of its main process, and orphans (parent 1 or us) whose
-// environment carries its token, with their descendants.
-func (p *Process) scan() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	type node struct {
-		ppid, pgid int
-		zombie     bool
-	}
-	nodes := make(map[int]node, len(entries))
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if s, err := readStat(pid); err == nil {
-			nodes[pid] = node{ppid: s.ppid, pgid: s.pgid, zombie: s.state == 'Z'}
-		}
-	}
-	self := os.Getpid()
-	member := make(map[int]bool)
-	var isMember func(pid int, depth int) bool
-	isMember = func(pid int, depth int) bool {
-		if v, ok := member[pid]; ok {
-			return v
-		}
-		n, ok := nodes[pid]
-		v := false
-		switch {
-		case !ok || depth > 64:
-		case pid == p.PID || n.pgid == p.PGID:
-			v = true
-		case n.ppid == 1 || n.ppid == self:
-			v = hasToken(pid, p.token)
-		default:
-			v = isMember(n.ppid, depth+1) || hasToken(pid, p.token)
-		}
-		member[pid] = v
-		return v
-	}
-	var out []int
-	for pid, n := range nodes {
-		if pid != self && !n.zombie && isMember(pid, 0) {
-			out = append(out, pid)
-		}
-	}
-	return out
+// tableStale is how long after it was read a reading of /proc may serve
+// a stop signal's strays: a process that left the group in the last few
+// milliseconds gets the SIGKILL that follows the stop instead of the stop
+// signal.
+const tableStale = 50 * time.Millisecond
+
+// scan finds the instance's processes in a reading of /proc taken at or
+// after since (see table.members).
+func (p *Process) scan(since time.Time) []int {
+	return tableSince(since).members(p.PID, p.PGID, p.token)
 }
 
-func hasToken(pid int, token string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return false
-	}
-	want := []byte(instanceEnv + "=" + token)
-	for _, kv := range strings.Split(string(b), "\x00") {
-		if kv == string(want) {
-			return true
-		}
-	}
-	return false
-}
+func hasToken(pid int, token string) bool { return token != "" && readToken(pid) == token }
 
 // SetChildSubreaper makes orphaned descendants reparent to this process
 // instead of init, so it can reap them and find them.
