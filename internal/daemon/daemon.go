@@ -296,6 +296,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	log.Info("stopping every service")
 	_ = parent.send("STOPPING=1")
+	if link != nil {
+		if err := link.Stopping(); err != nil {
+			log.Error("guardian: stopping", "err", err)
+		}
+	}
 	d.sup.StopAll()
 	hooks.close(5 * time.Second) // their outcomes must reach the journal, closed next
 	d.mem.close()                // the final checkpoint needs the loop, which stops on return

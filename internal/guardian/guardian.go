@@ -18,6 +18,10 @@
 // one datagram of ASCII text:
 //
 //	daemon → guardian   "hb"                   I am alive (every heartbeat interval)
+//	daemon → guardian   "stopping"             I am stopping every service on
+//	                                           purpose: if I die before "bye",
+//	                                           do not restart me, end what I
+//	                                           leave (also a heartbeat)
 //	daemon → guardian   "bye"                  I am about to exit on purpose (it
 //	                                           also counts as a heartbeat)
 //	guardian → daemon   "exit <pid> <status>"  an orphan was reaped; status is its
@@ -44,7 +48,11 @@
 //     HeartbeatTimeout, after which the guardian SIGKILLs it) is a crash: it is
 //     recorded in the history and the daemon is restarted after a backoff that
 //     doubles from RestartDelay to MaxRestartDelay and resets once a daemon
-//     stayed up for ResetAfter.
+//     stayed up for ResetAfter. The exception is a daemon that said
+//     "stopping" (or was told to stop, below) and then died: it is recorded
+//     but not restarted, since a restart would undo the stop; the guardian
+//     ends the processes it left (its children now: SIGTERM with their
+//     process groups, SIGKILL after 5s) and Run returns.
 //   - Orphan exits reaped while no daemon can take them are queued (the newest
 //     4096) and sent to the next daemon right after it starts. Delivery is best
 //     effort: messages a daemon received but had not read when it died are lost.
@@ -60,6 +68,7 @@
 package guardian
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -172,6 +181,7 @@ type daemon struct {
 	link            int // the guardian's end
 	started, lastHB time.Time
 	bye, killed     bool
+	stopping        bool // it said it is stopping every service
 }
 
 type guardian struct {
@@ -242,6 +252,16 @@ func Run(ctx context.Context, opts Options) error {
 		if !clean && (!g.stopping || d.killed) {
 			g.record(d, ws)
 		}
+		if !clean && (d.stopping || g.stopping) {
+			// It died on its way down (a hang, killed above, or a crash):
+			// the stop it began is finished here, not undone by a restart.
+			n := g.endLeftovers(leftoverGrace)
+			o.Logf("guardian: ended %d processes the daemon left while stopping", n)
+			if !g.stopping {
+				return fmt.Errorf("guardian: the daemon (pid %d) ended while stopping every service: %s; ended the %d processes it left",
+					d.pid, describe(ws), n)
+			}
+		}
 		if clean || g.stopping {
 			return nil
 		}
@@ -251,6 +271,62 @@ func Run(ctx context.Context, opts Options) error {
 		o.Logf("guardian: restarting the daemon in %v", delay)
 		restart, delay = time.After(delay), next(delay)
 	}
+}
+
+// leftoverGrace is how long the processes a daemon left while stopping
+// get after SIGTERM before SIGKILL.
+const leftoverGrace = 5 * time.Second
+
+// endLeftovers ends what a daemon that died while stopping left behind:
+// its services and their processes, which are now the guardian's children
+// (it is their subreaper). Each gets SIGTERM, with its process group,
+// then SIGKILL after grace; it returns how many there were.
+func (g *guardian) endLeftovers(grace time.Duration) int {
+	own := unix.Getpgrp()
+	send := func(pids []int, s syscall.Signal) {
+		for _, pid := range pids {
+			if pg, err := unix.Getpgid(pid); err == nil && pg != own {
+				unix.Kill(-pg, s)
+			}
+			unix.Kill(pid, s)
+		}
+	}
+	first := children()
+	send(first, unix.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for left := first; len(left) > 0; left = children() {
+		if time.Now().After(deadline) {
+			send(left, unix.SIGKILL)
+			deadline = time.Now().Add(grace)
+		}
+		g.reap()
+		time.Sleep(20 * time.Millisecond)
+	}
+	g.reap()
+	return len(first)
+}
+
+// children lists the live (not zombie) processes whose parent is this one.
+func children() []int {
+	self := os.Getpid()
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:])) // state, ppid, …
+		if len(f) >= 2 && f[0] != "Z" && f[1] == strconv.Itoa(self) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // stop forwards a stop signal and reports whether Run can return at once
@@ -333,6 +409,8 @@ func (g *guardian) drain(d *daemon) {
 			d.lastHB = time.Now()
 		case "bye":
 			d.bye, d.lastHB = true, time.Now()
+		case "stopping":
+			d.stopping, d.lastHB = true, time.Now()
 		default:
 			g.o.Logf("guardian: ignoring unknown message %q from the daemon", msg)
 		}

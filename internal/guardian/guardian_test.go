@@ -107,6 +107,26 @@ func TestUnresponsiveDaemonIsKilledAndRestarted(t *testing.T) {
 	}
 }
 
+// TestDaemonThatDiesWhileStoppingIsNotRestarted: a daemon that said it is
+// stopping every service and then hung (or crashed) is killed as usual,
+// but not restarted, and what it left running is ended: the stop it began
+// (`vigil down`) is finished, not undone.
+func TestDaemonThatDiesWhileStoppingIsNotRestarted(t *testing.T) {
+	t.Parallel()
+	g := startGuardian(t, testConfig{Seq: []string{"stop-hang", "serve"},
+		Interval: 10 * time.Millisecond, Timeout: time.Second, Delay: 10 * time.Millisecond, History: historyPath(t)})
+	svc := g.waitLine(t, "orphan-svc")
+	g.waitLine(t, "stopping")
+	if code := g.waitExit(t); code != 1 {
+		t.Fatalf("guardian exited with %d, want 1 (the daemon died while stopping)", code)
+	}
+	g.waitLine(t, "run-error")
+	if n := g.count("started"); n != 1 {
+		t.Errorf("%d daemon starts, want 1: a daemon that died while stopping was restarted", n)
+	}
+	waitGone(t, atoi(t, svc[1]))
+}
+
 func TestCleanExitEndsRunWithoutRestart(t *testing.T) {
 	t.Parallel()
 	hist := historyPath(t)

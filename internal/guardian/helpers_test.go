@@ -135,6 +135,9 @@ func guardianMain() int {
 //	        SIGTERM/SIGINT "got <sig>", then "bye" and exit 0
 //	orphan  start two grandchildren that outlive it ("orphan-a <pid>" exits 7
 //	        when this daemon dies, "orphan-b <pid>" exits 7 on SIGUSR1), exit 1
+//	stop-hang
+//	        start a grandchild that outlives it ("orphan-svc <pid>", its
+//	        service), send "stopping", print "stopping", then hang
 //	nostart exit ExitNoRestart, as a daemon that cannot start does
 //	ready-then-crash
 //	        write "ok" to fd 3, print fd3Line, exit 3
@@ -191,6 +194,14 @@ func daemonMain() int {
 		startGrandchild("a", syscall.SIGUSR1)
 		startGrandchild("b", 0)
 		return 1
+	case "stop-hang":
+		startGrandchild("svc", 0)
+		l.Beat()
+		l.Stopping()
+		say("stopping")
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "nostart":
 		return ExitNoRestart
 	case "ready-then-crash":

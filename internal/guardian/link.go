@@ -123,6 +123,11 @@ func (l *Link) Heartbeat(ctx context.Context, every time.Duration) {
 // Beat sends one heartbeat.
 func (l *Link) Beat() error { return l.send("hb") }
 
+// Stopping tells the guardian that the daemon is stopping every service on
+// purpose: should it die before Bye, the guardian ends what it left
+// instead of restarting it.
+func (l *Link) Stopping() error { return l.send("stopping") }
+
 // Bye tells the guardian that the daemon is about to exit on purpose; an
 // exit with code 0 after it ends the guardian instead of a restart.
 func (l *Link) Bye() error { return l.send("bye") }
