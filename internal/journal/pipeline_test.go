@@ -280,3 +280,50 @@ func TestLazyRecordsAreSyncedWithinLazySync(t *testing.T) {
 		t.Fatalf("a lazy record was synced after %v, before LazySync (%v) and with nothing else to sync", took, lazySync)
 	}
 }
+
+// TestWrittenReportsAFailedWrite: a caller waiting in Written hears of a
+// write that failed (after its retry) while it waited; one that came after
+// the failure hears nothing, the record's own done does. Later records are
+// written once the disk heals.
+func TestWrittenReportsAFailedWrite(t *testing.T) {
+	t.Parallel()
+	mem := &fstest.Crash{}
+	faulty := &fstest.Faulty{FS: mem}
+	j := open(t, Options{FS: faulty, Dir: "/j"})
+	if _, err := j.Write(TypeEvent, payload(1)); err != nil {
+		t.Fatal(err)
+	}
+	faulty.FailNth(fstest.OpWrite, 1, fstest.ENOSPC, true)
+	done := make(chan error, 1)
+	if _, err := j.AppendLazy(TypeEvent, payload(2), func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	j.Written(func(err error) { written <- err })
+	if err := waitFor(t, written, "Written during a full disk"); err != nil && !errors.Is(err, fstest.ENOSPC) {
+		t.Fatalf("Written during a full disk: %v; want ENOSPC (or nil, if the write had failed before it)", err)
+	}
+	if err := waitFor(t, done, "the record's done during a full disk"); !errors.Is(err, fstest.ENOSPC) {
+		t.Fatalf("the record's done during a full disk: %v; want ENOSPC", err)
+	}
+	faulty.Heal()
+	if _, err := j.AppendLazy(TypeEvent, payload(3), nil); err != nil {
+		t.Fatal(err)
+	}
+	j.Written(func(err error) { written <- err })
+	if err := waitFor(t, written, "Written after healing"); err != nil {
+		t.Fatalf("Written after healing: %v", err)
+	}
+	if err := j.Sync(); err != nil && !errors.Is(err, fstest.ENOSPC) {
+		t.Fatal(err)
+	}
+	j.Close()
+	recs, _ := all(t, mem.Crash(rand.New(rand.NewPCG(9, 10))), "/j")
+	got := map[uint64]bool{}
+	for _, r := range recs {
+		got[r.Seq] = true
+	}
+	if !got[1] || !got[3] {
+		t.Fatalf("records after a power loss: %v; want 1 and 3", got)
+	}
+}
