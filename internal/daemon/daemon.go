@@ -175,14 +175,15 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Durable:      d.mem.journal.Barrier,
 		CrashOutput:  d.mem.crashOutput,
 	})
-	d.notify, err = notify.Listen(notify.ServerOptions{
-		Path:   notifyPath,
-		Handle: func(from notify.Sender, m notify.Message) { d.sup.Notify(from.PID, m) },
-	})
+	handleNotify := func(from notify.Sender, m notify.Message) { d.sup.Notify(from.PID, m) }
+	d.notify, err = notify.Listen(notify.ServerOptions{Path: notifyPath, Handle: handleNotify})
 	if err != nil {
 		return err
 	}
 	defer d.notify.Close()
+	users := &userNotify{root: userNotifyRoot, state: cfg.StateDir, handle: handleNotify, log: log}
+	defer users.close()
+	run.userNotify = users.path
 
 	if opts.Output != nil {
 		d.prefixer = logs.NewPrefixer(cfg.StateDir, opts.Output, opts.Color)

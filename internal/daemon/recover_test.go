@@ -259,6 +259,61 @@ func recoveryEvents(t *testing.T, dir string) []string {
 	return out
 }
 
+// TestAdoptedServiceOfAnotherUserStillNotifies: a service that runs as
+// another user keeps its own notify socket's path across a daemon SIGKILL;
+// the next daemon listens there again, so the adopted instance's
+// heartbeats arrive and its watchdog is kept.
+func TestAdoptedServiceOfAnotherUserStillNotifies(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	notifyBin := needSystemdNotify(t)
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	config := filepath.Join(dir, "vigil.toml")
+	toml := fmt.Sprintf(`
+[services.other]
+command = "%s --ready; while true; do sleep 0.1; %s WATCHDOG=1; done"
+user = "nobody"
+cwd = "/"
+ready = "notify"
+watchdog = "500ms"
+`, notifyBin, notifyBin)
+	if err := os.WriteFile(config, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+	readyOther := func(st apitype.Status) bool { return len(st.Services) == 1 && st.Services[0].Ready }
+	first := runDaemon(t, config, true)
+	pid := waitAll(t, c, 10*time.Second, "ready", readyOther).Services[0].PID
+	first.kill(t)
+	runDaemon(t, config, true)
+	waitAll(t, c, 10*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && readyOther(st)
+	})
+	// Several watchdog intervals (and the adoption's grace) later: the same
+	// instance, heartbeating.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := st.Services[0]; s.PID != pid || s.Reason != "adopted" {
+			t.Fatalf("the adopted service of another user was not kept: %+v (pid was %d)", s, pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if age := st.Services[0].HeartbeatAgeMS; age == nil || *age > 500 {
+		t.Fatalf("heartbeat age %v ms; want the adopted instance's heartbeats arriving", age)
+	}
+}
+
 func TestSIGKILLedDaemonAdoptsEveryService(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

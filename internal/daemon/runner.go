@@ -24,7 +24,10 @@ type runner struct {
 	rotator  *logs.Rotator
 	stateDir string
 	notify   string // the sd_notify socket every child is told about
-	log      *slog.Logger
+	// userNotify, if set, gives a service that runs as another user the
+	// socket that user may write to.
+	userNotify func(uid, gid uint32) (string, error)
+	log        *slog.Logger
 	// orphanStatus, when set, finds the exit status of an adopted process
 	// that the guardian reaped; without it such an exit is lost.
 	orphanStatus func(pid int) (syscall.WaitStatus, bool)
@@ -50,7 +53,7 @@ func (r *runner) Start(svc *config.Service, onExit func(supervisor.Exit)) (super
 		Service:    svc.Name,
 		Path:       svc.Command[0],
 		Args:       svc.Command,
-		Env:        childEnv(os.Environ(), svc, r.notify),
+		Env:        childEnv(os.Environ(), svc, r.notifySocket(svc, cred)),
 		Dir:        svc.Dir,
 		Stdout:     out,
 		Stderr:     out,
@@ -72,6 +75,9 @@ func (r *runner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func
 	if err := r.rotator.Watch(svc.Name); err != nil {
 		r.log.Warn("log rotation watch", "service", svc.Name, "err", err)
 	}
+	if cred, err := credential(svc.User, svc.Group); err == nil {
+		r.notifySocket(svc, cred) // its socket, at the path it was given, listens again
+	}
 	a := proc.Adoptee{Service: svc.Name, Identity: proc.Identity{PID: ref.PID, StartTime: ref.StartTime, Boot: ref.Boot},
 		PGID: ref.PGID, Cgroup: ref.Cgroup, Token: ref.Token}
 	p, err := r.reaper.Adopt(a, func(e proc.Exit) {
@@ -87,6 +93,25 @@ func (r *runner) Adopt(svc *config.Service, ref checkpoint.Instance, onExit func
 		return nil, err
 	}
 	return instance{p}, nil
+}
+
+// notifySocket is the sd_notify socket for a service running with cred:
+// the state dir's, or its user's own when it runs as another user (the
+// state dir is the daemon user's alone). Without one the service gets no
+// NOTIFY_SOCKET, as a program run outside a notify-aware supervisor.
+func (r *runner) notifySocket(svc *config.Service, cred *syscall.Credential) string {
+	if cred == nil || int(cred.Uid) == os.Geteuid() {
+		return r.notify
+	}
+	if r.userNotify == nil {
+		return ""
+	}
+	path, err := r.userNotify(cred.Uid, cred.Gid)
+	if err != nil {
+		r.log.Warn("no sd_notify socket for a service of another user", "service", svc.Name, "user", svc.User, "err", err)
+		return ""
+	}
+	return path
 }
 
 // childEnv is the daemon's environment, the sd_notify variables, then the

@@ -15,6 +15,7 @@ import (
 
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/vigil-dev/vigil/internal/api/apitype"
+	"github.com/vigil-dev/vigil/internal/daemon"
 )
 
 // helperMain runs the behaviour named by DAEMON_TEST_HELPER when the test
@@ -93,6 +94,66 @@ func needSystemdNotify(t *testing.T) string {
 }
 
 func ready(s apitype.Service) bool { return s.Ready }
+
+// TestServiceOfAnotherUserCanNotify: a service that runs as nobody cannot
+// enter the state dir (0700, root's), so it gets a notify socket of its
+// own, writable by nobody alone; its READY=1 and WATCHDOG=1 arrive, and a
+// dependent waits for them.
+func TestServiceOfAnotherUserCanNotify(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch users")
+	}
+	notifyBin := needSystemdNotify(t)
+	p := startProject(t, fmt.Sprintf(`
+[services.other]
+command = "sleep 0.3; %s --ready; while true; do sleep 0.1; %s WATCHDOG=1; done"
+user = "nobody"
+cwd = "/"
+ready = "notify"
+watchdog = "1s"
+
+[services.after]
+command = ["sleep", "1000"]
+depends_on = ["other"]
+`, notifyBin, notifyBin))
+	s := p.waitFor("other", 10*time.Second, "ready", ready)
+	if s.HeartbeatAgeMS == nil {
+		t.Fatal("no heartbeat from the service of another user")
+	}
+	p.waitFor("after", 10*time.Second, "running", running)
+	// Several watchdog intervals later it still runs the same instance.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if now := p.service("other"); now.PID != s.PID || !now.Ready {
+			t.Fatalf("the watchdog of another user's service was not kept: %+v", now)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Its socket is its user's alone, in directories no one else can list.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", s.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sock string
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "NOTIFY_SOCKET="); ok {
+			sock = v
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(sock, &st); err != nil {
+		t.Fatalf("NOTIFY_SOCKET %q: %v", sock, err)
+	}
+	if st.Uid != 65534 || st.Mode&0o777 != 0o600 || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		t.Fatalf("%s: uid %d mode %o; want nobody's socket, 0600", sock, st.Uid, st.Mode)
+	}
+	for dir := filepath.Dir(sock); dir != filepath.Dir(daemon.UserNotifyRoot); dir = filepath.Dir(dir) {
+		if err := syscall.Lstat(dir, &st); err != nil || st.Uid != 0 || st.Mode&0o777 != 0o711 {
+			t.Fatalf("%s: uid %d mode %o (%v); want root's, 0711", dir, st.Uid, st.Mode&0o777, err)
+		}
+	}
+}
 
 func TestGoSystemdAndSystemdNotifyClientsKeepTheWatchdog(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,4 @@
+package daemon
+
+// UserNotifyRoot is userNotifyRoot, for the tests of package daemon_test.
+const UserNotifyRoot = userNotifyRoot
