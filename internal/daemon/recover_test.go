@@ -265,13 +265,7 @@ func recoveryEvents(t *testing.T, dir string) []string {
 // heartbeats arrive and its watchdog is kept.
 func TestAdoptedServiceOfAnotherUserStillNotifies(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch users")
-	}
-	if err := syscall.Access(filepath.Dir(daemon.UserNotifyRoot), 2 /* W_OK */); err != nil {
-		t.Skipf("%s is not writable here: %v", filepath.Dir(daemon.UserNotifyRoot), err)
-	}
-	notifyBin := needSystemdNotify(t)
+	notifyBin := needOtherUserNotify(t)
 	dir := t.TempDir()
 	t.Cleanup(func() { killProject(dir) })
 	config := filepath.Join(dir, "vigil.toml")
@@ -438,6 +432,45 @@ func TestRecoveryResumesAfterAKillInEachStage(t *testing.T) {
 	}
 }
 
+// diedState makes the state dir of a project in dir whose daemon died: a
+// journal with a start and no clean stop. It returns the state dir.
+func diedState(t *testing.T, dir string) string {
+	t.Helper()
+	state := filepath.Join(dir, ".vigil")
+	if err := daemon.MakeStateDir(state); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(journal.Options{Dir: filepath.Join(state, "journal")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Write(journal.TypeEvent, []byte(`{"topic":"daemon.started","time":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	return state
+}
+
+// recoverFrom writes prev as the checkpoint of the dead daemon of the
+// project in dir (see diedState) and toml as its config, starts a daemon,
+// and returns its client and its status once it has recovered.
+func recoverFrom(t *testing.T, dir string, prev *checkpoint.State, toml string) (*client.Client, apitype.Status) {
+	t.Helper()
+	state := filepath.Join(dir, ".vigil")
+	if _, err := (&checkpoint.Store{Dir: state}).Write(prev); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runDaemon(t, config, true)
+	c := &client.Client{SocketPath: filepath.Join(state, "vigil.sock")}
+	return c, waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && allRunning(st)
+	})
+}
+
 // TestReusedPidIsNotAdopted: the checkpoint names an instance whose pid
 // now belongs to an unrelated process (another start time). Recovery must
 // neither adopt nor kill that process, records the instance as lost, and
@@ -455,33 +488,13 @@ func TestReusedPidIsNotAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := filepath.Join(dir, ".vigil")
-	if err := daemon.MakeStateDir(state); err != nil {
-		t.Fatal(err)
-	}
 	// A previous daemon that died: its journal has no clean stop, its
 	// checkpoint lists web at the stranger's pid with the old start time.
-	j, err := journal.Open(journal.Options{Dir: filepath.Join(state, "journal")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.Write(journal.TypeEvent, []byte(`{"topic":"daemon.started","time":"2026-01-01T00:00:00Z"}`))
-	j.Close()
+	state := diedState(t, dir)
 	old := checkpoint.Instance{PID: id.PID, StartTime: id.StartTime - 1, PGID: id.PID, StartedAt: time.Now().Add(-time.Minute),
 		Token: "of-the-dead-instance", Leases: []string{"job-9"}}
-	if _, err := (&checkpoint.Store{Dir: state}).Write(&checkpoint.State{Services: []checkpoint.Service{
-		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}}); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(dir, "vigil.toml")
-	if err := os.WriteFile(config, []byte("[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	runDaemon(t, config, true)
-	c := &client.Client{SocketPath: filepath.Join(state, "vigil.sock")}
-	st := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
-		return st.Daemon.RecoveryStage == "live" && allRunning(st)
-	})
+	_, st := recoverFrom(t, dir, &checkpoint.State{Services: []checkpoint.Service{
+		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}}, "[services.web]\ncommand = [\"sleep\", \"1000\"]\n")
 	if web := st.Services[0]; web.PID == id.PID || web.Reason == "adopted" {
 		t.Fatalf("web adopted the stranger: %+v", web)
 	}
@@ -519,16 +532,7 @@ func TestAnotherBootsStateIsNotTrusted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := filepath.Join(dir, ".vigil")
-	if err := daemon.MakeStateDir(state); err != nil {
-		t.Fatal(err)
-	}
-	j, err := journal.Open(journal.Options{Dir: filepath.Join(state, "journal")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	j.Write(journal.TypeEvent, []byte(`{"topic":"daemon.started","time":"2026-01-01T00:00:00Z"}`))
-	j.Close()
+	state := diedState(t, dir)
 	const before = "00000000-0000-4000-8000-000000000000"
 	old := checkpoint.Instance{PID: id.PID, StartTime: id.StartTime, PGID: id.PID, StartedAt: time.Now().Add(-time.Minute),
 		Token: "of-the-dead-instance", Leases: []string{"job-9"}, Boot: before}
@@ -541,19 +545,9 @@ func TestAnotherBootsStateIsNotTrusted(t *testing.T) {
 	}
 	kept := registry.Session{ID: "fedcba9876543210", Name: "kept", PID: self.PID, StartTime: self.StartTime, Boot: self.Boot,
 		Heartbeat: time.Second, StaleAfter: time.Hour, RegisteredAt: time.Now().Add(-time.Hour), LastSeen: time.Now()}
-	if _, err := (&checkpoint.Store{Dir: state}).Write(&checkpoint.State{Services: []checkpoint.Service{
-		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}, Sessions: []registry.Session{session, kept}}); err != nil {
-		t.Fatal(err)
-	}
-	config := filepath.Join(dir, "vigil.toml")
-	if err := os.WriteFile(config, []byte("[sessions]\ncleanup_period = \"50ms\"\n[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	runDaemon(t, config, true)
-	c := &client.Client{SocketPath: filepath.Join(state, "vigil.sock")}
-	st := waitAll(t, c, 30*time.Second, "recovered", func(st apitype.Status) bool {
-		return st.Daemon.RecoveryStage == "live" && allRunning(st)
-	})
+	c, st := recoverFrom(t, dir, &checkpoint.State{Services: []checkpoint.Service{
+		{Name: "web", Desired: checkpoint.DesiredRunning, Instance: &old}}, Sessions: []registry.Session{session, kept}},
+		"[sessions]\ncleanup_period = \"50ms\"\n[services.web]\ncommand = [\"sleep\", \"1000\"]\n")
 	if web := st.Services[0]; web.PID == id.PID || web.Reason == "adopted" {
 		t.Fatalf("web adopted a process of this boot for one of the last: %+v", web)
 	}

@@ -95,19 +95,26 @@ func needSystemdNotify(t *testing.T) string {
 
 func ready(s apitype.Service) bool { return s.Ready }
 
-// TestServiceOfAnotherUserCanNotify: a service that runs as nobody cannot
-// enter the state dir (0700, root's), so it gets a notify socket of its
-// own, writable by nobody alone; its READY=1 and WATCHDOG=1 arrive, and a
-// dependent waits for them.
-func TestServiceOfAnotherUserCanNotify(t *testing.T) {
-	t.Parallel()
+// needOtherUserNotify skips the test unless it can run a service as
+// another user with its own notify socket, and returns systemd-notify.
+func needOtherUserNotify(t *testing.T) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch users")
 	}
 	if err := syscall.Access(filepath.Dir(daemon.UserNotifyRoot), 2 /* W_OK */); err != nil {
 		t.Skipf("%s is not writable here: %v", filepath.Dir(daemon.UserNotifyRoot), err)
 	}
-	notifyBin := needSystemdNotify(t)
+	return needSystemdNotify(t)
+}
+
+// TestServiceOfAnotherUserCanNotify: a service that runs as nobody cannot
+// enter the state dir (0700, root's), so it gets a notify socket of its
+// own, writable by nobody alone; its READY=1 and WATCHDOG=1 arrive, and a
+// dependent waits for them.
+func TestServiceOfAnotherUserCanNotify(t *testing.T) {
+	t.Parallel()
+	notifyBin := needOtherUserNotify(t)
 	p := startProject(t, fmt.Sprintf(`
 [services.other]
 command = "sleep 0.3; %s --ready; while true; do sleep 0.1; %s WATCHDOG=1; done"

@@ -71,18 +71,25 @@ func waitFor(t *testing.T, c <-chan error, what string) error {
 	}
 }
 
+// firstSyncHeld opens a journal on fsys behind a gate, appends record 1,
+// and returns once its sync is held there, with the channel that answers
+// the sync and the one record 1's done reports to (room for n reports).
+func firstSyncHeld(t *testing.T, fsys fsutil.FS, n int) (*Journal, *gatedFS, chan error, chan error) {
+	t.Helper()
+	g := newGated(fsys)
+	j := open(t, Options{FS: g, Dir: "/j"})
+	g.closed.Store(true)
+	done := make(chan error, n)
+	j.Append(TypeEvent, payload(1), func(err error) { done <- err })
+	return j, g, heldSync(t, g), done
+}
+
 // TestWrittenDoesNotWaitForAnotherSync: while the sync of one record
 // hangs, the next is written (Written answers) but not called durable; it
 // is once a sync after its write has succeeded.
 func TestWrittenDoesNotWaitForAnotherSync(t *testing.T) {
 	t.Parallel()
-	mem := &fstest.Crash{}
-	g := newGated(mem)
-	j := open(t, Options{FS: g, Dir: "/j"})
-	g.closed.Store(true)
-	first := make(chan error, 1)
-	j.Append(TypeEvent, payload(1), func(err error) { first <- err })
-	sync1 := heldSync(t, g)
+	j, g, sync1, first := firstSyncHeld(t, &fstest.Crash{}, 1)
 
 	second := make(chan error, 1)
 	j.Append(TypeEvent, payload(2), func(err error) { second <- err })
@@ -127,12 +134,7 @@ func TestWrittenDoesNotWaitForAnotherSync(t *testing.T) {
 func TestFailedSyncRedoesWhatFollowedIt(t *testing.T) {
 	t.Parallel()
 	mem := &fstest.Crash{}
-	g := newGated(mem)
-	j := open(t, Options{FS: g, Dir: "/j"})
-	g.closed.Store(true)
-	done := make(chan error, 3)
-	j.Append(TypeEvent, payload(1), func(err error) { done <- err })
-	sync1 := heldSync(t, g)
+	j, g, sync1, done := firstSyncHeld(t, mem, 3)
 	for i := 2; i <= 3; i++ {
 		j.Append(TypeEvent, payload(i), func(err error) { done <- err })
 	}
