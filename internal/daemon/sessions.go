@@ -24,10 +24,11 @@ import (
 // journaled returns once the session changes published so far are written
 // to the journal (bounded like an operator command's wait): then they
 // survive the daemon's death, which is what the registry must survive.
-// Their fsync follows in the journal's next group commit, off the
-// caller's path: a loss of power or a kernel crash takes every session's
-// processes with it, and what was registered in an earlier boot is
-// dropped on restore (see restoreSessions), so a session needs no more.
+// Their fsync comes within a second, off the caller's path (the sink
+// appends registrations and ends lazily): a loss of power or a kernel
+// crash takes every session's processes with it, and what was registered
+// in an earlier boot is dropped on restore (see restoreSessions), so a
+// session needs no more.
 func (d *daemon) journaled() { d.sup.Await(d.mem.journal.Written) }
 
 // sessionsConfig is the config's [sessions].
