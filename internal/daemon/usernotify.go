@@ -79,17 +79,13 @@ func (u *userNotify) path(uid, gid uint32) (string, error) {
 	return path, nil
 }
 
-// rootDir makes d a directory of root's, mode 0711, or checks that it is
-// one: not a symlink, not writable by anyone else.
+// rootDir makes d a directory of root's, mode 0711: it creates it, or
+// checks that it is one (not a symlink, root's, not writable by anyone
+// else) and sets its mode, past the umask or an earlier 0700.
 func rootDir(d string) error {
 	err := unix.Mkdir(d, 0o711)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("daemon: %s: %w", d, err)
-	}
-	if err == nil {
-		if err := unix.Chmod(d, 0o711); err != nil { // past the umask
-			return fmt.Errorf("daemon: %s: %w", d, err)
-		}
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(d, &st); err != nil {
@@ -102,6 +98,11 @@ func rootDir(d string) error {
 		return fmt.Errorf("daemon: %s belongs to uid %d, not root", d, st.Uid)
 	case st.Mode&0o022 != 0:
 		return fmt.Errorf("daemon: %s is writable by others (mode %o)", d, st.Mode&0o777)
+	}
+	// Its parent is root's too (checked first), so d cannot be swapped for
+	// a symlink between the check and this.
+	if err := unix.Chmod(d, 0o711); err != nil {
+		return fmt.Errorf("daemon: %s: %w", d, err)
 	}
 	return nil
 }
