@@ -455,8 +455,10 @@ func TestStoppingManyReadsProcOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for _, ch := range chs { // all ended before the first check, as after a stop signal
+		waitExit(t, ch)
+	}
 	for i, p := range ps {
-		waitExit(t, chs[i])
 		if k := p.KillAll(); k != 0 {
 			t.Fatalf("instance %d: KillAll found %d leftovers of a plain sleep", i, k)
 		}
