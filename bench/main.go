@@ -120,6 +120,20 @@ func startDaemon(bin, dir, toml string, ev *procEvents) (*daemon, error) {
 	return d, nil
 }
 
+// startWatched starts a daemon for toml (see startDaemon) with the
+// kernel's process events open; stop takes it down and closes them.
+func startWatched(bin, dir, toml string) (d *daemon, stop func(), err error) {
+	ev, err := openProcEvents()
+	if err != nil {
+		return nil, nil, err
+	}
+	if d, err = startDaemon(bin, dir, toml, ev); err != nil {
+		ev.Close()
+		return nil, nil, err
+	}
+	return d, func() { d.down(); ev.Close() }, nil
+}
+
 type status struct {
 	Daemon struct {
 		PID    int `json:"pid"`
@@ -225,12 +239,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // restartLatency: a service that exits 1 at once, zero backoff, breaker off:
 // time from the kernel's exit of one instance to the exec of the next.
 func restartLatency(bin, dir string) error {
-	ev, err := openProcEvents()
-	if err != nil {
-		return err
-	}
-	defer ev.Close()
-	d, err := startDaemon(bin, dir, `
+	d, stop, err := startWatched(bin, dir, `
 [services.crash]
 command = ["/bin/false"]
 restart = "always"
@@ -238,11 +247,11 @@ restart = "always"
 initial = "0s"
 [services.crash.crash_loop]
 crashes = 0
-`, ev)
+`)
 	if err != nil {
 		return err
 	}
-	defer d.down()
+	defer stop()
 	var lat []time.Duration
 	var lastExit uint64
 	deadline := time.Now().Add(2 * time.Minute)
@@ -273,12 +282,7 @@ crashes = 0
 // sigkillLatency: SIGKILL a sleeping service from outside; time from the
 // kill(2) call to the exec of its replacement.
 func sigkillLatency(bin, dir string) error {
-	ev, err := openProcEvents()
-	if err != nil {
-		return err
-	}
-	defer ev.Close()
-	d, err := startDaemon(bin, dir, `
+	d, stop, err := startWatched(bin, dir, `
 [services.sleeper]
 command = ["sleep", "100000"]
 restart = "always"
@@ -286,11 +290,11 @@ restart = "always"
 initial = "0s"
 [services.sleeper.crash_loop]
 crashes = 0
-`, ev)
+`)
 	if err != nil {
 		return err
 	}
-	defer d.down()
+	defer stop()
 	st, err := d.waitAllRunning(time.Minute)
 	if err != nil {
 		return err

@@ -113,12 +113,7 @@ func sessionsScenario(bin, dir string) error {
 // its hook, which waits for the crash record's fsync and runs off the
 // event loop.
 func hookScenario(bin, dir string) error {
-	ev, err := openProcEvents()
-	if err != nil {
-		return err
-	}
-	defer ev.Close()
-	d, err := startDaemon(bin, dir, `
+	d, stop, err := startWatched(bin, dir, `
 [services.crash]
 command = ["/bin/false"]
 restart = "always"
@@ -130,11 +125,11 @@ multiplier = 1
 jitter = 0
 [services.crash.crash_loop]
 crashes = 0
-`, ev)
+`)
 	if err != nil {
 		return err
 	}
-	defer d.down()
+	defer stop()
 	comm := func(pid int) string {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		return string(b)
