@@ -116,6 +116,11 @@ func helperServer(args []string) error {
 		if err != nil {
 			return err
 		}
+		// The runtime opens its epoll descriptor at the first timer, which
+		// would come after the test's descriptors have filled the table
+		// were this process descheduled between "ready" and its first
+		// sleep: take it now, while there is room.
+		time.Sleep(time.Microsecond)
 		// Descriptors the test process held without close-on-exec when it
 		// forked us (those received with SCM_RIGHTS by a test running beside
 		// it, for a moment) take room below the limit too: NOFILE is room
