@@ -482,6 +482,13 @@ func (j *Journal) Close() error {
 // meanwhile.
 func (j *Journal) writer() {
 	defer close(j.exited)
+	// The fsync runs on a goroutine of its own so that what is appended
+	// meanwhile is written at once, not after it: written, a record
+	// survives the daemon's death, which an fsync slowed by a busy disk
+	// must not put off.
+	syncs := make(chan fsutil.File)
+	defer close(syncs)
+	go j.syncer(syncs)
 	for {
 		j.mu.Lock()
 		for !j.closed && j.syncing.result == nil && !j.syncWanted &&
@@ -511,14 +518,23 @@ func (j *Journal) writer() {
 		f := j.beginSync()
 		j.wmu.Unlock()
 		if f != nil {
-			err := fsutil.Datasync(f)
-			j.mu.Lock()
-			j.syncing.result = &syncResult{err}
-			j.syncDone.Broadcast()
-			j.mu.Unlock()
-			continue // its outcome is taken first thing
+			syncs <- f
+			continue
 		}
 		runtime.Gosched()
+	}
+}
+
+// syncer runs the fsyncs the writer hands it, one at a time, and posts
+// each outcome for the writer (or a waitSync) to take.
+func (j *Journal) syncer(files <-chan fsutil.File) {
+	for f := range files {
+		err := fsutil.Datasync(f)
+		j.mu.Lock()
+		j.syncing.result = &syncResult{err}
+		j.syncDone.Broadcast()
+		j.wake.Signal()
+		j.mu.Unlock()
 	}
 }
 
