@@ -3,6 +3,7 @@ package supervisor
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -373,4 +374,46 @@ func expectTopic(t *testing.T, h *harness, topic event.Topic, msg string) {
 		}
 	}
 	t.Fatalf("no %s event %q", topic, msg)
+}
+
+// TestFlushFollowsEveryStepThatStarted: once after each step of the loop
+// that started instances (so before any later step, a status query
+// among them), and not after steps that started none.
+func TestFlushFollowsEveryStepThatStarted(t *testing.T) {
+	t.Parallel()
+	var flushes []int // how many service.state events with an instance were published by each flush
+	var bus *event.Bus
+	var sub *event.Subscription
+	published := 0
+	h := newHarnessWith(t, func(o *Options) {
+		bus = o.Bus
+		sub = bus.Subscribe(100)
+		o.Flush = func() {
+			for len(sub.C) > 0 {
+				if e := <-sub.C; e.Instance != nil && e.State == string(Running) {
+					published++
+				}
+			}
+			flushes = append(flushes, published)
+		}
+	}, svc("web"), svc("db"))
+	h.sup.StartAll()
+	h.expectLog("spawn web 101", "spawn db 102")
+	h.status("web")
+	h.status("db")
+	h.sup.Sync()
+	h.r.end(t, "web", exit1)
+	h.sup.Sync()           // the exit is handled, its backoff timer armed
+	h.advance(time.Second) // well past the backoff: the restart
+	h.expectLog("killall web 101", "spawn web 103")
+	h.status("web")
+	h.sup.Sync()
+	// Read on the loop, where Flush ran.
+	var got []int
+	h.sup.call(func(done func(error)) { got = append(got, flushes...); done(nil) })
+	// Here each start is a step of its own: a flush after each, none
+	// after the status queries.
+	if !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("flushes after %v instances running, want [1 2 3]: one after each start, by then published", got)
+	}
 }

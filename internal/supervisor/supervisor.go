@@ -107,6 +107,14 @@ type Options struct {
 	// DurableWait bounds that wait: a journal that has not answered by
 	// then (a hung disk) is logged and supervision goes on. Default 5s.
 	DurableWait time.Duration
+	// Flush asks, without waiting, that what was published on Bus so far
+	// be written out (write(2), not fsync) now rather than by the
+	// journal's writer a moment later. The loop calls it after a step
+	// that started instances and before the next step (a status query
+	// among them), so that a daemon killed the moment an instance shows
+	// as running has its record for the next one to adopt it by. Nil:
+	// nothing is asked.
+	Flush func()
 	// CrashOutput returns the last lines a service wrote, for its crash
 	// record; nil records none.
 	CrashOutput func(service string) []string
@@ -126,9 +134,10 @@ type Supervisor struct {
 	// checkPosted, in tests, learns that a check's result is on the loop's
 	// queue, where Sync will see it.
 	checkPosted func()
-	// durable, durableWait and crashOutput: see Options.
+	// durable, durableWait, flush and crashOutput: see Options.
 	durable     func(done func(error))
 	durableWait time.Duration
+	flush       func()
 	crashOutput func(string) []string
 
 	// pids maps the main pid of every live instance to its *heartbeat,
@@ -144,6 +153,7 @@ type Supervisor struct {
 	// Owned by the loop goroutine only.
 	kickQueued bool // a kick is posted to continue a large start
 	turnSpawns int  // spawns in this turn of the loop, for kickBatch
+	unflushed  bool // an instance started since Options.Flush was last called
 	batchLeft  int  // events after this one in the batch the loop is running
 	services   map[string]*service
 	order      []string            // config order
@@ -223,6 +233,7 @@ func New(opts Options) *Supervisor {
 		boot:        opts.Boot,
 		durable:     opts.Durable,
 		durableWait: opts.DurableWait,
+		flush:       opts.Flush,
 
 		crashOutput: opts.CrashOutput,
 		wake:        make(chan struct{}, 1),
@@ -270,6 +281,10 @@ func (s *Supervisor) Run(ctx context.Context) {
 			for i, f := range batch {
 				s.turnSpawns, s.batchLeft = 0, len(batch)-1-i
 				f()
+				if s.unflushed && s.flush != nil {
+					s.unflushed = false
+					s.flush()
+				}
 			}
 		}
 	}
@@ -640,6 +655,7 @@ func (s *Supervisor) spawn(svc *service) {
 		s.armStableTimer(svc, inst)
 	}
 	s.log.Info("started", "service", svc.cfg.Name, "pid", inst.pid)
+	s.unflushed = true
 	s.afterSpawn(svc, inst)
 }
 
