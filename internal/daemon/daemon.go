@@ -124,9 +124,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return fmt.Errorf("daemon: becoming child subreaper: %w", err)
 		}
 	}
+	project := projectID(cfg.StateDir)
 	reaper, err := proc.NewReaper(proc.ReaperOptions{
 		ReapAll: !opts.NoSubreaper,
 		Cgroups: os.Getenv("VIGIL_NO_CGROUPS") == "",
+		Project: project,
 		Orphan: func(e proc.Exit) {
 			log.Debug("reaped orphan", "pid", e.PID, "status", int(e.Status))
 		},
@@ -144,6 +146,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	d := &daemon{
 		opts:      opts,
+		project:   project,
 		log:       log,
 		startedAt: time.Now(),
 		done:      make(chan struct{}),
@@ -173,6 +176,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Check:        probe.Checker{Spawn: reaperSpawner(reaper)}.Check,
 		ProcessGroup: proc.ProcessGroup,
 		Durable:      d.mem.journal.Barrier,
+		Flush:        func() { d.mem.journal.Written(func(error) {}) },
 		CrashOutput:  d.mem.crashOutput,
 	})
 	handleNotify := func(from notify.Sender, m notify.Message) { d.sup.Notify(from.PID, m) }
@@ -318,6 +322,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 // daemon implements api.Controller on top of the supervisor.
 type daemon struct {
 	opts     Options
+	project  string // projectID of the state dir
 	log      *slog.Logger
 	sup      *supervisor.Supervisor
 	prefixer *logs.Prefixer

@@ -220,8 +220,32 @@ func (d *daemon) reconcile(ctx context.Context, st *recovery.State) error {
 				Exit: &c.Exit, Crash: c, Message: msg})
 		}
 	}
+	known := make(map[string]bool)
+	for _, f := range inv.Instances {
+		if f.Alive && configured(cfg, f.Service) && f.Instance.Token != "" {
+			known[f.Instance.Token] = true
+		}
+	}
+	d.killStrays(known)
 	d.sup.StartAll()
 	return ctx.Err()
+}
+
+// killStrays SIGKILLs the processes of this project that no record
+// names: an instance whose start a dead daemon had not yet journaled (it
+// died between the fork and the write), with whatever it started. Nothing
+// would ever adopt or end them, and the service's next instance would run
+// beside them. known holds the tokens of the instances adopted.
+func (d *daemon) killStrays(known map[string]bool) {
+	for _, s := range proc.Strays(d.project, func(token string) bool { return known[token] }) {
+		err := syscall.Kill(s.PID, syscall.SIGKILL)
+		if errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		d.log.Warn("recovery: killed a process no record names", "service", s.Service, "pid", s.PID, "instance", s.Token, "err", err)
+		d.mem.bus.Publish(event.Event{Time: time.Now(), Topic: event.RecoveryStray, Service: s.Service, PID: s.PID,
+			Message: "killed: an instance (or part of one) that a dead daemon started but never recorded"})
+	}
 }
 
 func configured(cfg *config.Config, name string) bool {

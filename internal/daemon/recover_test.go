@@ -380,6 +380,67 @@ func TestSIGKILLedDaemonAdoptsEveryService(t *testing.T) {
 	}
 }
 
+// TestUnrecordedInstanceIsKilledInRecovery: a process with the project's
+// instance token that no record names (what a daemon killed between a
+// fork and its journal write leaves behind) is killed by the next
+// daemon's recovery, which journals it; the recorded instance is adopted.
+func TestUnrecordedInstanceIsKilledInRecovery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	t.Cleanup(func() { killProject(dir) })
+	config := filepath.Join(dir, "vigil.toml")
+	if err := os.WriteFile(config, []byte("[services.web]\ncommand = [\"sleep\", \"1000\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
+	first := runDaemon(t, config, true)
+	web := waitAll(t, c, 10*time.Second, "running", allRunning).Services[0].PID
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", web))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var project string
+	for kv := range strings.SplitSeq(string(environ), "\x00") {
+		if token, ok := strings.CutPrefix(kv, "VIGIL_INSTANCE="); ok {
+			project, _, _ = strings.Cut(token, ".")
+		}
+	}
+	if project == "" {
+		t.Fatalf("no VIGIL_INSTANCE in the environment of web (pid %d)", web)
+	}
+	first.kill(t)
+
+	stray := exec.Command("sleep", "1000")
+	stray.Env = append(os.Environ(), projectMarker+"="+dir, "VIGIL_SERVICE=web",
+		fmt.Sprintf("VIGIL_INSTANCE=%s.%d.999999", project, first.cmd.Process.Pid))
+	if err := stray.Start(); err != nil {
+		t.Fatal(err)
+	}
+	strayDone := make(chan error, 1)
+	go func() { strayDone <- stray.Wait() }()
+	t.Cleanup(func() { stray.Process.Kill(); <-strayDone })
+
+	runDaemon(t, config, true)
+	st := waitAll(t, c, 10*time.Second, "recovered", func(st apitype.Status) bool {
+		return st.Daemon.RecoveryStage == "live" && allRunning(st)
+	})
+	if s := st.Services[0]; s.PID != web || s.Reason != "adopted" {
+		t.Errorf("web: pid %d (was %d), reason %q: the recorded instance was not adopted", s.PID, web, s.Reason)
+	}
+	select {
+	case <-strayDone:
+		strayDone <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the unrecorded instance (pid %d) still runs 10s after recovery", stray.Process.Pid)
+	}
+	if got := journalTopics(t, dir, event.RecoveryStray); len(got) != 1 {
+		t.Errorf("recovery.stray events %q, want one", got)
+	}
+	if got := projectPIDs(dir, "web"); len(got) != 1 || got[0] != web {
+		t.Errorf("web's processes %v, want only the adopted %d", got, web)
+	}
+}
+
 func TestRecoveryResumesAfterAKillInEachStage(t *testing.T) {
 	t.Parallel()
 	for _, stage := range []recovery.Stage{recovery.Detecting, recovery.Inventorying, recovery.Restoring, recovery.Reconciling} {

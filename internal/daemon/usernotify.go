@@ -38,13 +38,19 @@ type userNotify struct {
 	servers map[uint32]*notify.Server
 }
 
-func (u *userNotify) dir() string {
-	abs, err := filepath.Abs(u.state)
+func (u *userNotify) dir() string { return filepath.Join(u.root, projectID(u.state)) }
+
+// projectID names the project of a state dir where a path will not do:
+// the hash of the state dir's absolute path, 16 hex digits. It names the
+// directory of the per-user notify sockets, and begins every instance
+// token (proc.ReaperOptions.Project).
+func projectID(stateDir string) string {
+	abs, err := filepath.Abs(stateDir)
 	if err != nil {
-		abs = u.state
+		abs = stateDir
 	}
 	sum := sha256.Sum256([]byte(abs))
-	return filepath.Join(u.root, hex.EncodeToString(sum[:8]))
+	return hex.EncodeToString(sum[:8])
 }
 
 // path returns the socket for uid (with group gid), listening on it first

@@ -54,6 +54,10 @@ const (
 	CleanupBulk       Topic = "cleanup.bulk"
 	// RecoveryStage: the daemon's own recovery moved to State from From.
 	RecoveryStage Topic = "recovery.stage"
+	// RecoveryStray: recovery killed process PID of Service, which carried
+	// this project's instance token but no record named: a dead daemon
+	// started it and died before journaling the start.
+	RecoveryStray Topic = "recovery.stray"
 )
 
 // Event is one thing that happened.

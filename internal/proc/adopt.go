@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -115,6 +116,46 @@ func KillLeftovers(a Adoptee) int {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	return len(pids)
+}
+
+// Stray is a live process with an instance token of the project that no
+// record names.
+type Stray struct {
+	PID     int
+	Token   string
+	Service string // its VIGIL_SERVICE
+}
+
+// Strays lists the live processes whose instance token is of project
+// (ReaperOptions.Project) but neither the calling process's own nor one
+// that known accepts: what is left of instances a dead daemon of the
+// project started and died before recording. Recovery must end them, or
+// they would run forever beside the instances started in their place.
+// It reads every process's environment, so it is for recovery, not for a
+// loop.
+func Strays(project string, known func(token string) bool) []Stray {
+	if project == "" {
+		return nil
+	}
+	self := os.Getpid()
+	prefix, own := project+".", project+"."+strconv.Itoa(self)+"."
+	found := map[int]Stray{}
+	pids := livePIDs(func(pid int) bool {
+		if pid == self {
+			return false
+		}
+		token, service := readInstanceEnv(pid)
+		if !strings.HasPrefix(token, prefix) || strings.HasPrefix(token, own) || known(token) {
+			return false
+		}
+		found[pid] = Stray{PID: pid, Token: token, Service: service}
+		return true
+	})
+	out := make([]Stray, 0, len(pids))
+	for _, pid := range pids {
+		out = append(out, found[pid])
+	}
+	return out
 }
 
 // withToken lists the live processes whose environment carries token.

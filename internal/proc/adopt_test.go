@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -152,5 +154,43 @@ func TestStaleCgroupRootsRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mine, "web")); err != nil {
 		t.Errorf("a live daemon's cgroup was removed: %v", err)
+	}
+}
+
+// TestStrays: a process with the project's token that no record names is
+// a stray; one the caller knows, one of another project, one of the
+// calling daemon's own and one a reaper of the project started here are
+// not.
+func TestStrays(t *testing.T) {
+	t.Parallel()
+	project := fmt.Sprintf("strays%d", os.Getpid())
+	sleeper := func(token string) *exec.Cmd {
+		t.Helper()
+		cmd := exec.Command("sleep", "1000")
+		cmd.Env = append(os.Environ(), "VIGIL_INSTANCE="+token, "VIGIL_SERVICE=web")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	const deadDaemon = 1 << 30 // above pid_max: no daemon of this pid runs
+	stray := sleeper(fmt.Sprintf("%s.%d.1", project, deadDaemon))
+	sleeper(fmt.Sprintf("%s.%d.2", project, deadDaemon))      // known
+	sleeper(fmt.Sprintf("other%s.%d.1", project, deadDaemon)) // another project
+	sleeper(fmt.Sprintf("%s.%d.1", project, os.Getpid()))     // the caller's own
+	r := newReaper(t, ReaperOptions{Project: project})
+	p, _ := spawn(t, r, Spec{Service: "mine", Path: "/bin/sleep", Args: []string{"sleep", "1000"}})
+	if want := fmt.Sprintf("%s.%d.", project, os.Getpid()); !strings.HasPrefix(p.Token(), want) {
+		t.Fatalf("token %q, want the prefix %q", p.Token(), want)
+	}
+	known := fmt.Sprintf("%s.%d.2", project, deadDaemon)
+	got := Strays(project, func(token string) bool { return token == known })
+	want := []Stray{{PID: stray.Process.Pid, Token: fmt.Sprintf("%s.%d.1", project, deadDaemon), Service: "web"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Strays = %+v, want %+v", got, want)
+	}
+	if got := Strays("", func(string) bool { return false }); len(got) != 0 {
+		t.Fatalf("Strays of no project = %+v, want none", got)
 	}
 }

@@ -44,6 +44,11 @@ type ReaperOptions struct {
 	Cgroups bool
 	// Now stamps exits; default time.Now.
 	Now func() time.Time
+	// Project names the project in every instance token
+	// ("<project>.<pid>.<n>"), so that a later daemon of the same project
+	// finds the instances a dead one started but never recorded (Strays).
+	// It must not contain a dot.
+	Project string
 }
 
 // Reaper is the one component that waits for children. It reacts to
@@ -215,6 +220,9 @@ func (r *Reaper) Spawn(spec Spec, onExit func(Exit)) (*Process, error) {
 		files = append(files, f.Fd())
 	}
 	token := fmt.Sprintf("%d.%d", os.Getpid(), instanceSeq.Add(1))
+	if r.opts.Project != "" {
+		token = r.opts.Project + "." + token
+	}
 	env := append(spec.Env[:len(spec.Env):len(spec.Env)], instanceEnv+"="+token)
 	if !slices.ContainsFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "VIGIL_SERVICE=") }) {
 		env = append(env, "VIGIL_SERVICE="+spec.Service) // a hook says which service it is about itself

@@ -161,14 +161,23 @@ func (t *table) members(main, pgid int, token string) []int {
 
 // readToken returns the VIGIL_INSTANCE value in pid's environment, or "".
 func readToken(pid int) string {
+	token, _ := readInstanceEnv(pid)
+	return token
+}
+
+// readInstanceEnv returns the VIGIL_INSTANCE and VIGIL_SERVICE values in
+// pid's environment ("" for each one missing).
+func readInstanceEnv(pid int) (token, service string) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	for _, kv := range strings.Split(string(b), "\x00") {
+	for kv := range strings.SplitSeq(string(b), "\x00") {
 		if v, ok := strings.CutPrefix(kv, instanceEnv+"="); ok {
-			return v
+			token = v
+		} else if v, ok := strings.CutPrefix(kv, "VIGIL_SERVICE="); ok {
+			service = v
 		}
 	}
-	return ""
+	return token, service
 }
