@@ -144,12 +144,16 @@ func Strays(project string, known func(token string) bool) []Stray {
 		if pid == self {
 			return false
 		}
-		token, service := readInstanceEnv(pid)
-		if !strings.HasPrefix(token, prefix) || strings.HasPrefix(token, own) || known(token) {
-			return false
+		tokens, service := readInstanceEnv(pid)
+		for tokens != "" {
+			var token string
+			token, tokens, _ = strings.Cut(tokens, "\x00")
+			if strings.HasPrefix(token, prefix) && !strings.HasPrefix(token, own) && !known(token) {
+				found[pid] = Stray{PID: pid, Token: token, Service: service}
+				return true
+			}
 		}
-		found[pid] = Stray{PID: pid, Token: token, Service: service}
-		return true
+		return false
 	})
 	out := make([]Stray, 0, len(pids))
 	for _, pid := range pids {

@@ -1,12 +1,14 @@
 package proc
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,21 +166,29 @@ func TestStaleCgroupRootsRemoved(t *testing.T) {
 func TestStrays(t *testing.T) {
 	t.Parallel()
 	project := fmt.Sprintf("strays%d", os.Getpid())
-	sleeper := func(token string) *exec.Cmd {
+	// os.StartProcess, not os/exec, which would keep only the last of
+	// duplicate variables.
+	sleeper := func(tokens ...string) *os.Process {
 		t.Helper()
-		cmd := exec.Command("sleep", "1000")
-		cmd.Env = append(os.Environ(), "VIGIL_INSTANCE="+token, "VIGIL_SERVICE=web")
-		if err := cmd.Start(); err != nil {
+		env := append(os.Environ(), "VIGIL_SERVICE=web")
+		for _, token := range tokens {
+			env = append(env, "VIGIL_INSTANCE="+token)
+		}
+		p, err := os.StartProcess("/bin/sleep", []string{"sleep", "1000"}, &os.ProcAttr{Env: env})
+		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd
+		t.Cleanup(func() { p.Kill(); p.Wait() })
+		return p
 	}
 	const deadDaemon = 1 << 30 // above pid_max: no daemon of this pid runs
 	stray := sleeper(fmt.Sprintf("%s.%d.1", project, deadDaemon))
 	sleeper(fmt.Sprintf("%s.%d.2", project, deadDaemon))      // known
 	sleeper(fmt.Sprintf("other%s.%d.1", project, deadDaemon)) // another project
 	sleeper(fmt.Sprintf("%s.%d.1", project, os.Getpid()))     // the caller's own
+	// Started by a vigil that runs as a service of another: the outer
+	// instance's token comes first.
+	nested := sleeper(fmt.Sprintf("outer%s.%d.1", project, deadDaemon), fmt.Sprintf("%s.%d.3", project, deadDaemon))
 	r := newReaper(t, ReaperOptions{Project: project})
 	p, _ := spawn(t, r, Spec{Service: "mine", Path: "/bin/sleep", Args: []string{"sleep", "1000"}})
 	if want := fmt.Sprintf("%s.%d.", project, os.Getpid()); !strings.HasPrefix(p.Token(), want) {
@@ -186,11 +196,19 @@ func TestStrays(t *testing.T) {
 	}
 	known := fmt.Sprintf("%s.%d.2", project, deadDaemon)
 	got := Strays(project, func(token string) bool { return token == known })
-	want := []Stray{{PID: stray.Process.Pid, Token: fmt.Sprintf("%s.%d.1", project, deadDaemon), Service: "web"}}
+	want := []Stray{{PID: stray.Pid, Token: fmt.Sprintf("%s.%d.1", project, deadDaemon), Service: "web"},
+		{PID: nested.Pid, Token: fmt.Sprintf("%s.%d.3", project, deadDaemon), Service: "web"}}
+	slices.SortFunc(got, func(a, b Stray) int { return cmp.Compare(a.Token, b.Token) })
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Strays = %+v, want %+v", got, want)
 	}
 	if got := Strays("", func(string) bool { return false }); len(got) != 0 {
 		t.Fatalf("Strays of no project = %+v, want none", got)
+	}
+	// Its leftovers are found by either token.
+	for _, token := range []string{fmt.Sprintf("outer%s.%d.1", project, deadDaemon), fmt.Sprintf("%s.%d.3", project, deadDaemon)} {
+		if got := withToken(token); !slices.Equal(got, []int{nested.Pid}) {
+			t.Errorf("withToken(%s) = %v, want [%d]", token, got, nested.Pid)
+		}
 	}
 }

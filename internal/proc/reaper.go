@@ -495,7 +495,7 @@ func (p *Process) scan(since time.Time) []int {
 	return tableSince(since).members(p.PID, p.PGID, p.token)
 }
 
-func hasToken(pid int, token string) bool { return token != "" && readToken(pid) == token }
+func hasToken(pid int, token string) bool { return tokenIn(readToken(pid), token) }
 
 // SetChildSubreaper makes orphaned descendants reparent to this process
 // instead of init, so it can reap them and find them.

@@ -21,7 +21,7 @@ type table struct {
 	self  int
 
 	mu     sync.Mutex
-	tokens map[int]string // VIGIL_INSTANCE of a pid, read on first need
+	tokens map[int]string // the VIGIL_INSTANCE values of a pid (see readToken), read on first need
 }
 
 type node struct {
@@ -143,9 +143,9 @@ func (t *table) members(main, pgid int, token string) []int {
 		case pid == main || n.pgid == pgid:
 			v = true
 		case n.ppid == 1 || n.ppid == t.self:
-			v = token != "" && t.token(pid) == token
+			v = tokenIn(t.token(pid), token)
 		default:
-			v = isMember(n.ppid, depth+1) || (token != "" && t.token(pid) == token)
+			v = isMember(n.ppid, depth+1) || tokenIn(t.token(pid), token)
 		}
 		member[pid] = v
 		return v
@@ -159,25 +159,46 @@ func (t *table) members(main, pgid int, token string) []int {
 	return out
 }
 
-// readToken returns the VIGIL_INSTANCE value in pid's environment, or "".
+// readToken returns the VIGIL_INSTANCE values in pid's environment,
+// joined by NULs (see tokenIn), or "".
 func readToken(pid int) string {
-	token, _ := readInstanceEnv(pid)
-	return token
+	tokens, _ := readInstanceEnv(pid)
+	return tokens
 }
 
-// readInstanceEnv returns the VIGIL_INSTANCE and VIGIL_SERVICE values in
-// pid's environment ("" for each one missing).
-func readInstanceEnv(pid int) (token, service string) {
+// readInstanceEnv returns every VIGIL_INSTANCE value in pid's
+// environment, joined by NULs, and its last VIGIL_SERVICE value. A process
+// of a vigil that itself runs as a service of another carries both
+// instances' tokens (the outer one inherited first), and belongs to both.
+func readInstanceEnv(pid int) (tokens, service string) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
 		return "", ""
 	}
 	for kv := range strings.SplitSeq(string(b), "\x00") {
 		if v, ok := strings.CutPrefix(kv, instanceEnv+"="); ok {
-			token = v
+			if tokens != "" {
+				tokens += "\x00"
+			}
+			tokens += v
 		} else if v, ok := strings.CutPrefix(kv, "VIGIL_SERVICE="); ok {
 			service = v
 		}
 	}
-	return token, service
+	return tokens, service
+}
+
+// tokenIn reports whether token is one of the NUL-joined tokens.
+func tokenIn(tokens, token string) bool {
+	if token == "" {
+		return false
+	}
+	for tokens != "" {
+		var tok string
+		tok, tokens, _ = strings.Cut(tokens, "\x00")
+		if tok == token {
+			return true
+		}
+	}
+	return false
 }
