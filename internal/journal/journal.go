@@ -482,13 +482,6 @@ func (j *Journal) Close() error {
 // meanwhile.
 func (j *Journal) writer() {
 	defer close(j.exited)
-	// The fsync runs on a goroutine of its own so that what is appended
-	// meanwhile is written at once, not after it: written, a record
-	// survives the daemon's death, which an fsync slowed by a busy disk
-	// must not put off.
-	syncs := make(chan fsutil.File)
-	defer close(syncs)
-	go j.syncer(syncs)
 	for {
 		j.mu.Lock()
 		for !j.closed && j.syncing.result == nil && !j.syncWanted &&
@@ -518,23 +511,14 @@ func (j *Journal) writer() {
 		f := j.beginSync()
 		j.wmu.Unlock()
 		if f != nil {
-			syncs <- f
-			continue
+			err := fsutil.Datasync(f)
+			j.mu.Lock()
+			j.syncing.result = &syncResult{err}
+			j.syncDone.Broadcast()
+			j.mu.Unlock()
+			continue // its outcome is taken first thing
 		}
 		runtime.Gosched()
-	}
-}
-
-// syncer runs the fsyncs the writer hands it, one at a time, and posts
-// each outcome for the writer (or a waitSync) to take.
-func (j *Journal) syncer(files <-chan fsutil.File) {
-	for f := range files {
-		err := fsutil.Datasync(f)
-		j.mu.Lock()
-		j.syncing.result = &syncResult{err}
-		j.syncDone.Broadcast()
-		j.wake.Signal()
-		j.mu.Unlock()
 	}
 }
 
@@ -665,11 +649,24 @@ func (j *Journal) synced(err error) {
 func (j *Journal) fire(n int, err error) {
 	var bytes, records int
 	for i := range j.unsynced[:n] {
-		p := &j.unsynced[i]
-		if !p.barrier {
+		if p := &j.unsynced[i]; !p.barrier {
 			bytes += len(p.rec.Payload) + headerSize
 			records++
 		}
+	}
+	// Counted before anyone is told, so that a caller told its record is
+	// durable finds it in Stats.
+	j.mu.Lock()
+	j.unsyncedBytes -= bytes
+	if err != nil {
+		j.stats.Failed += uint64(records)
+		j.stats.LastErr = err.Error()
+	} else {
+		j.stats.Appended += uint64(records)
+	}
+	j.mu.Unlock()
+	for i := range j.unsynced[:n] {
+		p := &j.unsynced[i]
 		switch {
 		case p.done == nil:
 		case p.barrier && err == nil && j.unreported != nil:
@@ -686,15 +683,6 @@ func (j *Journal) fire(n int, err error) {
 	clear(j.unsynced[rest:])
 	j.unsynced = j.unsynced[:rest]
 	j.syncCovers = 0
-	j.mu.Lock()
-	j.unsyncedBytes -= bytes
-	if err != nil {
-		j.stats.Failed += uint64(records)
-		j.stats.LastErr = err.Error()
-	} else {
-		j.stats.Appended += uint64(records)
-	}
-	j.mu.Unlock()
 }
 
 // writeBatch writes the records of batch with one write (one more for

@@ -127,48 +127,6 @@ func TestWrittenDoesNotWaitForAnotherSync(t *testing.T) {
 	}
 }
 
-// TestAppendIsWrittenWhileASyncHangs: a record appended while another's
-// sync hangs is written at once by the writer itself, with no caller of
-// Written to push it: a daemon killed during a slow fsync keeps it.
-func TestAppendIsWrittenWhileASyncHangs(t *testing.T) {
-	t.Parallel()
-	j, g, sync1, first := firstSyncHeld(t, &fstest.Crash{}, 1)
-	second := make(chan error, 1)
-	seq, err := j.Append(TypeEvent, payload(2), func(err error) { second <- err })
-	if err != nil {
-		t.Fatal(err)
-	}
-	written := func() bool {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		return j.writtenSeq >= seq
-	}
-	for deadline := time.Now().Add(10 * time.Second); !written(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			g.closed.Store(false)
-			sync1 <- nil // so that the journal can close
-			t.Fatal("record 2 not written within 10s while record 1's sync hangs")
-		}
-	}
-	g.closed.Store(false)
-	sync1 <- nil
-	if err := waitFor(t, first, "record 1"); err != nil {
-		t.Fatal(err)
-	}
-	heldOrNot := make(chan struct{})
-	go func() { // the second sync may have reached the gate before it opened
-		select {
-		case answer := <-g.held:
-			answer <- nil
-		case <-heldOrNot:
-		}
-	}()
-	defer close(heldOrNot)
-	if err := waitFor(t, second, "record 2"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestFailedSyncRedoesWhatFollowedIt: the sync of record 1 fails after
 // records 2 and 3 were written behind it. Nothing past the last durable
 // size is trusted (fsyncgate): the segment is cut back and all three are
