@@ -448,10 +448,19 @@ func TestAnotherUserIsRefused(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = []string{"DAEMON_TEST_STATUS=" + p.c.SocketPath}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	for attempt := 1; ; attempt++ {
+		cmd := exec.Command(bin)
+		cmd.Env = []string{"DAEMON_TEST_STATUS=" + p.c.SocketPath}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err = cmd.CombinedOutput()
+		// A process another test forks between WriteFile's open and close
+		// holds the copy open for writing until it execs: ETXTBSY, briefly.
+		if !errors.Is(err, syscall.ETXTBSY) || attempt == 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("another user was not refused with permission denied: %v: %s", err, out)
 	}

@@ -224,6 +224,42 @@ func waitAll(t *testing.T, c *client.Client, timeout time.Duration, what string,
 	}
 }
 
+// waitJournaled waits until the journal on disk records the start of
+// every instance st shows, which the next daemon adopts them by. The loop
+// writes it out right after a start, but a test that SIGKILLs the daemon
+// the moment status shows an instance can come sooner; recovery would
+// then, rightly, kill that instance as a stray and start another.
+func waitJournaled(t *testing.T, dir string, st apitype.Status) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeEvent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded := map[int]bool{}
+		for _, r := range recs {
+			var e event.Event
+			if json.Unmarshal(r.Payload, &e) == nil && e.Instance != nil {
+				recorded[e.Instance.PID] = true
+			}
+		}
+		missing := 0
+		for _, s := range st.Services {
+			if s.PID != 0 && !recorded[s.PID] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d instances' starts not in the journal within 10s", missing)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func allRunning(st apitype.Status) bool {
 	for _, s := range st.Services {
 		if s.State != "running" || s.PID == 0 {
@@ -283,7 +319,9 @@ watchdog = "500ms"
 	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
 	readyOther := func(st apitype.Status) bool { return len(st.Services) == 1 && st.Services[0].Ready }
 	first := runDaemon(t, config, true)
-	pid := waitAll(t, c, 10*time.Second, "ready", readyOther).Services[0].PID
+	ready := waitAll(t, c, 10*time.Second, "ready", readyOther)
+	pid := ready.Services[0].PID
+	waitJournaled(t, dir, ready)
 	first.kill(t)
 	runDaemon(t, config, true)
 	waitAll(t, c, 10*time.Second, "recovered", func(st apitype.Status) bool {
@@ -331,7 +369,9 @@ func TestSIGKILLedDaemonAdoptsEveryService(t *testing.T) {
 	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
 
 	first := runDaemon(t, config, true)
-	before := pids(waitAll(t, c, 30*time.Second, "all running", allRunning))
+	running := waitAll(t, c, 30*time.Second, "all running", allRunning)
+	before := pids(running)
+	waitJournaled(t, dir, running)
 	first.kill(t)
 	for name, pid := range before {
 		if !alive(pid) {
@@ -394,7 +434,9 @@ func TestUnrecordedInstanceIsKilledInRecovery(t *testing.T) {
 	}
 	c := &client.Client{SocketPath: filepath.Join(dir, ".vigil", "vigil.sock")}
 	first := runDaemon(t, config, true)
-	web := waitAll(t, c, 10*time.Second, "running", allRunning).Services[0].PID
+	running := waitAll(t, c, 10*time.Second, "running", allRunning)
+	web := running.Services[0].PID
+	waitJournaled(t, dir, running)
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", web))
 	if err != nil {
 		t.Fatal(err)
@@ -458,7 +500,9 @@ func TestRecoveryResumesAfterAKillInEachStage(t *testing.T) {
 			if _, err := c.Checkpoint(context.Background()); err != nil { // this time a checkpoint holds them
 				t.Fatal(err)
 			}
-			before := pids(waitAll(t, c, 30*time.Second, "all running", allRunning))
+			running := waitAll(t, c, 30*time.Second, "all running", allRunning)
+			before := pids(running)
+			waitJournaled(t, dir, running)
 			first.kill(t)
 
 			// The second daemon dies at the fault point, right after

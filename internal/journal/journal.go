@@ -414,15 +414,28 @@ func (j *Journal) Written(done func(error)) {
 	j.mu.Unlock()
 	// Write it here rather than wait for the writer to wake up for it: a
 	// hand-over between goroutines less on the caller's path. If the
-	// writer is busy, it takes the queue next.
+	// writer is writing, it would run an fsync next and take the queue
+	// only after that: a goroutine writes it as soon as the writer is
+	// done writing instead.
 	if j.wmu.TryLock() {
-		j.writeQueued()
-		j.wmu.Unlock()
-		j.mu.Lock()
-		j.syncWanted = true // what it wrote; the writer may have seen an empty queue
-		j.wake.Signal()
-		j.mu.Unlock()
+		j.writeQueuedLocked()
+		return
 	}
+	go func() {
+		j.wmu.Lock()
+		j.writeQueuedLocked()
+	}()
+}
+
+// writeQueuedLocked writes what is queued, for a caller of Written, and
+// releases j.wmu, which it holds.
+func (j *Journal) writeQueuedLocked() {
+	j.writeQueued()
+	j.wmu.Unlock()
+	j.mu.Lock()
+	j.syncWanted = true // what it wrote; the writer may have seen an empty queue
+	j.wake.Signal()
+	j.mu.Unlock()
 }
 
 // wrote records that the records up to last were written (err nil) or
