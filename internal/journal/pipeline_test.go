@@ -20,9 +20,15 @@ type gatedFS struct {
 	fsutil.FS
 	closed atomic.Bool
 	held   chan chan error
+	// writesClosed holds every write likewise, until the test closes the
+	// channel it receives from writeHeld.
+	writesClosed atomic.Bool
+	writeHeld    chan chan struct{}
 }
 
-func newGated(fsys fsutil.FS) *gatedFS { return &gatedFS{FS: fsys, held: make(chan chan error)} }
+func newGated(fsys fsutil.FS) *gatedFS {
+	return &gatedFS{FS: fsys, held: make(chan chan error), writeHeld: make(chan chan struct{})}
+}
 
 func (g *gatedFS) OpenFile(name string, flag int, perm fs.FileMode) (fsutil.File, error) {
 	f, err := g.FS.OpenFile(name, flag, perm)
@@ -46,6 +52,15 @@ func (f gatedFile) Sync() error {
 		}
 	}
 	return f.File.Sync()
+}
+
+func (f gatedFile) Write(p []byte) (int, error) {
+	if f.g.writesClosed.Load() {
+		release := make(chan struct{})
+		f.g.writeHeld <- release
+		<-release
+	}
+	return f.File.Write(p)
 }
 
 // heldSync waits for the journal's next sync to reach the gate.
@@ -124,6 +139,54 @@ func TestWrittenDoesNotWaitForAnotherSync(t *testing.T) {
 	}
 	if st := j.Stats(); st.Appended != 2 || st.Syncs < 2 {
 		t.Fatalf("stats %+v: want 2 records, in 2 syncs at least", st)
+	}
+}
+
+// TestWrittenIsNotHeldBehindTheNextSync: a Written that finds the writer
+// busy writing other records has its own written as soon as that write
+// is done, not after the fsync the writer runs next.
+func TestWrittenIsNotHeldBehindTheNextSync(t *testing.T) {
+	t.Parallel()
+	g := newGated(&fstest.Crash{})
+	j := open(t, Options{FS: g, Dir: "/j"})
+	g.closed.Store(true)
+	g.writesClosed.Store(true)
+	j.Append(TypeEvent, payload(1), nil)
+	var release chan struct{}
+	select {
+	case release = <-g.writeHeld: // the writer is writing record 1, with the write lock
+	case <-time.After(10 * time.Second):
+		t.Fatal("no write reached the gate within 10s")
+	}
+	g.writesClosed.Store(false)
+	j.Append(TypeEvent, payload(2), nil)
+	written := make(chan error, 1)
+	j.Written(func(err error) { written <- err })
+	close(release)
+	sync1 := heldSync(t, g) // record 1's fsync, which the writer runs next
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		g.closed.Store(false)
+		sync1 <- nil // so that the journal can close
+		t.Fatal("record 2 not written within 10s while record 1's fsync hangs")
+	}
+	g.closed.Store(false)
+	heldOrNot := make(chan struct{})
+	go func() { // record 2's sync may have reached the gate before it opened
+		select {
+		case answer := <-g.held:
+			answer <- nil
+		case <-heldOrNot:
+		}
+	}()
+	defer close(heldOrNot)
+	sync1 <- nil
+	if err := j.Sync(); err != nil {
+		t.Fatal(err)
 	}
 }
 
