@@ -395,8 +395,8 @@ func (j *Journal) Barrier(done func(error)) {
 // of a write that failed while it waited (a failure before it is for
 // Barrier and the done of Append to report). The records' sync follows as
 // for any other. If the writer is not busy, Written writes the queue
-// itself (so done may run before it returns); done must not wait for the
-// journal.
+// itself (so done may run before it returns); if it is, a goroutine does
+// as soon as it may. done must not wait for the journal.
 func (j *Journal) Written(done func(error)) {
 	j.mu.Lock()
 	if j.closed {
