@@ -243,16 +243,25 @@ func TestHTTPRefused(t *testing.T) {
 	wantMessage(t, err, "probe: http://"+addr+"/healthz: dial tcp "+addr+": connect: connection refused")
 }
 
-// closedPort returns a loopback address nothing listens on.
+// closedPort returns a loopback address nothing listens on. A socket
+// stays bound to it, without listening, for the test's life: a port
+// merely closed again could be taken by a listener of a test running
+// beside this one.
 func closedPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 }
 
 func TestTCP(t *testing.T) {
