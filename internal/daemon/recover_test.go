@@ -233,14 +233,9 @@ func waitJournaled(t *testing.T, dir string, st apitype.Status) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeEvent}})
-		if err != nil {
-			t.Fatal(err)
-		}
 		recorded := map[int]bool{}
-		for _, r := range recs {
-			var e event.Event
-			if json.Unmarshal(r.Payload, &e) == nil && e.Instance != nil {
+		for _, e := range journalEvents(t, dir) {
+			if e.Instance != nil {
 				recorded[e.Instance.PID] = true
 			}
 		}
@@ -280,16 +275,28 @@ func pids(st apitype.Status) map[string]int {
 // recoveryEvents reads the recovery.stage events from the project's journal, oldest first.
 func recoveryEvents(t *testing.T, dir string) []string {
 	t.Helper()
+	var out []string
+	for _, e := range journalEvents(t, dir) {
+		if e.Topic == event.RecoveryStage {
+			out = append(out, e.From+"→"+e.State)
+		}
+	}
+	return out
+}
+
+// journalEvents reads the events in the project's journal, oldest first.
+func journalEvents(t *testing.T, dir string) []event.Event {
+	t.Helper()
 	recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{
 		Types: []journal.Type{journal.TypeEvent}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
+	out := make([]event.Event, 0, len(recs))
 	for i := len(recs) - 1; i >= 0; i-- {
 		var e event.Event
-		if json.Unmarshal(recs[i].Payload, &e) == nil && e.Topic == event.RecoveryStage {
-			out = append(out, e.From+"→"+e.State)
+		if json.Unmarshal(recs[i].Payload, &e) == nil {
+			out = append(out, e)
 		}
 	}
 	return out
@@ -957,14 +964,9 @@ func TestHookDueWhenTheDaemonDiedRunsAfterRecovery(t *testing.T) {
 // journalTopics returns the messages of the journal's events of topic.
 func journalTopics(t *testing.T, dir string, topic event.Topic) []string {
 	t.Helper()
-	recs, _, err := (&journal.Reader{Dir: filepath.Join(dir, ".vigil", "journal")}).Newest(journal.Query{Types: []journal.Type{journal.TypeEvent}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, r := range recs {
-		var e event.Event
-		if json.Unmarshal(r.Payload, &e) == nil && e.Topic == topic {
+	for _, e := range journalEvents(t, dir) {
+		if e.Topic == topic {
 			out = append(out, e.Message)
 		}
 	}
