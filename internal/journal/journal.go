@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vigil-dev/vigil/internal/fsutil"
@@ -124,12 +125,15 @@ type Journal struct {
 
 	// Guarded by wmu: the writer goroutine holds it, and so does Written
 	// when it writes the queue itself (and Open before the writer starts).
-	wmu         sync.Mutex
-	seg         fsutil.File
-	segs        []segment // oldest first; the last is seg
-	needRecover bool
-	unreported  error // a failed batch not yet told to a barrier
-	buf         []byte
+	wmu sync.Mutex
+	// helperWaiting: a goroutine Written started waits for wmu to write
+	// the queue (not guarded by wmu).
+	helperWaiting atomic.Bool
+	seg           fsutil.File
+	segs          []segment // oldest first; the last is seg
+	needRecover   bool
+	unreported    error // a failed batch not yet told to a barrier
+	buf           []byte
 	// unsynced are the records written but not yet durable, and the
 	// barriers among and after them, in order; the running fsync covers
 	// the first syncCovers of them, up to offset syncTo.
@@ -421,10 +425,15 @@ func (j *Journal) Written(done func(error)) {
 		j.writeQueuedLocked()
 		return
 	}
-	go func() {
-		j.wmu.Lock()
-		j.writeQueuedLocked()
-	}()
+	// One such goroutine waiting is enough: it takes the queue only once
+	// it has the lock, so it writes what later callers queued too.
+	if j.helperWaiting.CompareAndSwap(false, true) {
+		go func() {
+			j.wmu.Lock()
+			j.helperWaiting.Store(false)
+			j.writeQueuedLocked()
+		}()
+	}
 }
 
 // writeQueuedLocked writes what is queued, for a caller of Written, and
